@@ -1,0 +1,3 @@
+from trajsynth.cli import main
+
+main()

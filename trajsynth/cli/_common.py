@@ -1,0 +1,137 @@
+"""Shared CLI pieces: consoles, the rich progress reporter, the run summary."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from ..pipeline.runner import Reporter, RunResult
+from ..pipeline.spec import ResolvedPipeline
+from ..store.manifest import StageState
+
+__all__ = ["RichReporter", "console", "err_console", "summary_table"]
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+class RowsPerSecond(ProgressColumn):
+    """rows/s over the task's elapsed time."""
+
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed or 0.0
+        rate = task.completed / elapsed if elapsed > 0 else 0.0
+        return Text(f"{rate:,.0f} rows/s", style="cyan")
+
+
+class RichReporter(Reporter):
+    """Progress bars with rows/s for each stage, then a one-line result per stage.
+
+    On a terminal every stage gets a live bar; elsewhere (CI logs, pipes) only the result
+    lines are printed, so logs stay readable.
+    """
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.live = err_console.is_terminal and not quiet
+        self.progress = Progress(
+            TextColumn("[bold]{task.fields[stage]}[/] [dim]{task.fields[uses]}[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            RowsPerSecond(),
+            TimeElapsedColumn(),
+            TextColumn("[yellow]{task.fields[note]}"),
+            console=err_console,
+            transient=False,
+            disable=not self.live,
+        )
+        self.tasks: dict[str, TaskID] = {}
+        self.started: dict[str, float] = {}
+
+    def run_started(self, pipeline: ResolvedPipeline, run_dir: Path) -> None:
+        if not self.quiet:
+            err_console.print(f"[bold]{pipeline.name}[/] → {run_dir}")
+        self.progress.start()
+
+    def stage_started(
+        self, stage_id: str, uses: str, kind: str, total_rows: int | None, note: str
+    ) -> None:
+        self.started[stage_id] = time.perf_counter()
+        self.tasks[stage_id] = self.progress.add_task(
+            "", total=total_rows, stage=stage_id, uses=uses, note=note
+        )
+
+    def advance(self, stage_id: str, rows: int) -> None:
+        task = self.tasks.get(stage_id)
+        if task is not None and rows:
+            self.progress.advance(task, rows)
+
+    def stage_finished(self, stage_id: str, state: StageState, outcome: str) -> None:
+        task = self.tasks.get(stage_id)
+        if task is not None:
+            t = self.progress.tasks[self.tasks[stage_id]]
+            self.progress.update(task, total=t.completed or t.total, note=outcome)
+        if self.quiet:
+            return
+        rows = state.rows_out()
+        if outcome == "skipped":
+            line = f"[dim]· {stage_id} ({state.uses}): unchanged, {rows:,} rows (cached)[/]"
+        else:
+            secs = time.perf_counter() - self.started.get(stage_id, time.perf_counter())
+            rate = (state.rows_in or rows) / secs if secs > 0 else 0
+            sides = ", ".join(f"{n} {o.rows:,}" for n, o in state.outputs.items() if n != "main")
+            extra = f" (+ {sides})" if sides else ""
+            line = (
+                f"[green]✓[/] {stage_id} ({state.uses}): {state.rows_in:,} → {rows:,} rows"
+                f"{extra} in {secs:.1f}s ({rate:,.0f} rows/s)"
+                + (" — resumed" if outcome == "resumed" else "")
+            )
+        if self.live:
+            self.progress.console.print(line)
+        else:
+            err_console.print(line)
+
+    def run_finished(self, result: RunResult) -> None:
+        self.progress.stop()
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def summary_table(result: RunResult) -> Table:
+    table = Table(title=f"run {result.manifest.run_id}", title_justify="left")
+    for col in ("stage", "uses", "status", "rows in", "rows out", "seconds", "output"):
+        table.add_column(col, justify="right" if col.startswith(("rows", "sec")) else "left")
+    for sid, st in result.manifest.stages.items():
+        status = (
+            "cached" if sid in result.skipped else ("resumed" if sid in result.resumed else "ran")
+        )
+        table.add_row(
+            sid,
+            st.uses,
+            status,
+            f"{st.rows_in:,}",
+            f"{st.rows_out():,}",
+            f"{st.seconds:.1f}",
+            str(result.output(sid)),
+        )
+    return table
+
+
+def is_tty() -> bool:
+    return sys.stderr.isatty()

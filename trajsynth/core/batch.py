@@ -1,0 +1,60 @@
+"""Conversions between typed records and Arrow record batches.
+
+Stages exchange ``pa.RecordBatch`` objects under :data:`ARROW_SCHEMA`. Stages that work row by
+row convert with :func:`to_records` / :func:`to_batch`; stages that work on whole columns (the
+quality stages, at a million rows) use pyarrow compute directly and never build records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from .errors import DataError
+from .schema import ARROW_SCHEMA, Trajectory
+
+__all__ = ["conform", "empty_batch", "to_batch", "to_records"]
+
+
+def to_batch(records: Iterable[Trajectory | dict[str, Any]]) -> pa.RecordBatch:
+    """Records (or dicts in record form) → one RecordBatch under ``ARROW_SCHEMA``."""
+    rows = [
+        (r if isinstance(r, Trajectory) else Trajectory.model_validate(r)).to_row() for r in records
+    ]
+    return pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+
+
+def to_records(batch: pa.RecordBatch | pa.Table) -> list[Trajectory]:
+    """A RecordBatch (full schema) → typed records."""
+    return [Trajectory.from_row(row) for row in batch.to_pylist()]
+
+
+def empty_batch() -> pa.RecordBatch:
+    """A RecordBatch with no rows under ``ARROW_SCHEMA``."""
+    return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+
+
+def conform(data: pa.RecordBatch | pa.Table | Sequence[Trajectory], *, where: str = "") -> pa.Table:
+    """Bring what a stage yielded to exactly ``ARROW_SCHEMA`` (column order and types).
+
+    Accepts a RecordBatch, a Table or a list of records. Columns missing from a batch are
+    filled with nulls; unknown columns are an error (the schema is the contract).
+    """
+    if isinstance(data, (list, tuple)):
+        return pa.Table.from_batches([to_batch(data)])
+    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+    if table.schema.equals(ARROW_SCHEMA, check_metadata=False):
+        return table.replace_schema_metadata(ARROW_SCHEMA.metadata)
+    unknown = [n for n in table.column_names if ARROW_SCHEMA.get_field_index(n) < 0]
+    if unknown:
+        raise DataError(f"{where or 'batch'} has columns that are not in the schema: {unknown}")
+    arrays = []
+    for field in ARROW_SCHEMA:
+        if field.name in table.column_names:
+            column = table.column(field.name)
+            arrays.append(column if column.type == field.type else column.cast(field.type))
+        else:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)

@@ -1,0 +1,233 @@
+"""Executors: where the units of a map stage run.
+
+A *unit* is one input shard of a map stage. :func:`run_map_unit` is the whole of a unit's work
+(read the shard, run the stage, write one output shard per named output, atomically) and is a
+plain top-level function of picklable arguments, so any executor can ship it anywhere: a
+thread, a local process, or (later) a Ray task, without a stage knowing. The runner commits
+each returned :class:`UnitResult` to the manifest in the driver process, one at a time.
+
+- :class:`InlineExecutor` runs units one after another in the calling thread.
+- :class:`LocalExecutor` runs CPU-bound units in a process pool and I/O-bound units (LLM
+  calls) in threads that share one event loop, so every request of the process goes through
+  one client and one concurrency limit.
+
+A new executor implements :meth:`Executor.run_units` and nothing else.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ..core.batch import conform
+from ..stages.base import Context, ContextSpec, Emit, Stage, build_stage
+from ..store.shards import DEFAULT_COMPRESSION, ShardInfo, iter_shard, write_shard
+
+__all__ = [
+    "Executor",
+    "InlineExecutor",
+    "LocalExecutor",
+    "UnitResult",
+    "UnitTask",
+    "output_dir",
+    "run_map_unit",
+]
+
+
+@dataclass(frozen=True)
+class UnitTask:
+    """Everything needed to run one unit anywhere (all fields picklable)."""
+
+    stage_id: str
+    uses: str
+    config: dict[str, Any]
+    ctx_spec: dict[str, Any]
+    cache_key: str
+    unit_key: str
+    unit_index: int
+    input_path: str
+    input_name: str
+    out_dir: str
+    outputs: tuple[str, ...]
+    plugins: tuple[str, ...] = ()
+    compression: str = DEFAULT_COMPRESSION
+
+
+@dataclass
+class UnitResult:
+    unit_key: str
+    shards: dict[str, ShardInfo | None]
+    rows_in: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def output_dir(stage_dir: Path, output: str) -> Path:
+    """Folder of a stage's named output: the stage folder for main, a subfolder otherwise."""
+    return stage_dir if output == "main" else stage_dir / output
+
+
+# one built stage (and context) per stage per process, so setup() runs once per process
+_BUILT: dict[tuple[str, str], tuple[Stage, Context]] = {}
+_BUILT_LOCK = threading.Lock()
+
+
+def _stage_for(task: UnitTask) -> tuple[Stage, Context]:
+    key = (task.stage_id, task.cache_key)
+    with _BUILT_LOCK:
+        if key not in _BUILT:
+            from ..stages.base import load_builtin_stages
+
+            load_builtin_stages(task.plugins)
+            stage = build_stage(task.uses, task.config)
+            ctx = Context(ContextSpec.model_validate(task.ctx_spec))
+            stage.setup(ctx)
+            _BUILT[key] = (stage, ctx)
+        return _BUILT[key]
+
+
+def release_stages(stage_id: str | None = None) -> None:
+    """Tear down stages built in this process (all, or one stage's)."""
+    with _BUILT_LOCK:
+        for key in [k for k in _BUILT if stage_id is None or k[0] == stage_id]:
+            stage, _ = _BUILT.pop(key)
+            stage.teardown()
+
+
+Progress = Callable[[str, int], None]
+"""``progress(unit_key, rows)``: rows of a unit processed so far (live, from threads)."""
+
+
+def run_map_unit(task: UnitTask, progress: Progress | None = None) -> UnitResult:
+    """Run one unit: read its shard, run the stage, write its output shards atomically."""
+    start = time.perf_counter()
+    stage, shared_ctx = _stage_for(task)
+    # a per-unit context shares the process's clients but has its own metrics and unit info
+    live = None if progress is None else (lambda n: progress(task.unit_key, n))
+    ctx = Context(shared_ctx.spec, logger=shared_ctx.log, progress=live)
+    ctx._llm_clients = shared_ctx._llm_clients
+    ctx._envs = shared_ctx._envs
+    ctx._lock = shared_ctx._lock
+    ctx.unit, ctx.input_name = task.unit_key, task.input_name
+
+    rows_in = 0
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        nonlocal rows_in
+        for b in iter_shard(Path(task.input_path)):
+            rows_in += b.num_rows
+            yield b
+
+    collected: dict[str, list[pa.Table]] = {name: [] for name in ("main", *task.outputs[1:])}
+    for item in stage.process(batches(), ctx):
+        name, data = ("main", item) if not isinstance(item, Emit) else (item.name, item.data)
+        if name == task.outputs[0]:
+            name = "main"
+        if name not in collected:
+            raise ValueError(f"stage {task.uses!r} emitted to undeclared output {name!r}")
+        table = conform(data, where=f"stage {task.stage_id!r}")
+        if table.num_rows:
+            collected[name].append(table)
+
+    stage_dir = Path(task.out_dir)
+    shards: dict[str, ShardInfo | None] = {}
+    for name, tables in collected.items():
+        if not tables:
+            shards[name] = None
+            continue
+        table = pa.concat_tables(tables).combine_chunks()
+        path = output_dir(stage_dir, name) / f"part-{task.unit_index:05d}.parquet"
+        shards[name] = write_shard(table, path, compression=task.compression)
+    # when the stage wrote nothing for this unit it still counts as done (None shard)
+    return UnitResult(
+        unit_key=task.unit_key,
+        shards=shards,
+        rows_in=rows_in,
+        metrics=ctx.metrics.snapshot(),
+        seconds=time.perf_counter() - start,
+    )
+
+
+class Executor(ABC):
+    """Runs the units of a map stage and yields their results as they complete."""
+
+    name = "executor"
+
+    @abstractmethod
+    def run_units(
+        self, tasks: Sequence[UnitTask], *, io_bound: bool, progress: Progress | None = None
+    ) -> Iterator[UnitResult]:
+        """Run ``tasks``; yield each result when it is done (any order)."""
+
+    def close(self) -> None:
+        """Release workers."""
+
+
+class InlineExecutor(Executor):
+    """Units one after another in the calling thread (debugging, tiny inputs)."""
+
+    name = "inline"
+
+    def run_units(
+        self, tasks: Sequence[UnitTask], *, io_bound: bool, progress: Progress | None = None
+    ) -> Iterator[UnitResult]:
+        for task in tasks:
+            yield run_map_unit(task, progress)
+
+
+class LocalExecutor(Executor):
+    """Process pool for CPU-bound stages, threads for I/O-bound ones, inline for one unit."""
+
+    name = "local"
+
+    def __init__(self, workers: int = 0, io_concurrency: int = 4) -> None:
+        self.workers = workers or (os.cpu_count() or 1)
+        self.io_concurrency = io_concurrency
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def _process_pool(self) -> cf.ProcessPoolExecutor:
+        if self._pool is None:
+            method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+            mp_ctx = mp.get_context(method)
+            if method == "forkserver":
+                mp_ctx.set_forkserver_preload(["trajsynth.pipeline.executors"])
+            self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp_ctx)
+        return self._pool
+
+    def run_units(
+        self, tasks: Sequence[UnitTask], *, io_bound: bool, progress: Progress | None = None
+    ) -> Iterator[UnitResult]:
+        if len(tasks) <= 1 or (not io_bound and self.workers <= 1):
+            yield from InlineExecutor().run_units(tasks, io_bound=io_bound, progress=progress)
+            return
+        if io_bound:
+            pool: cf.Executor = cf.ThreadPoolExecutor(
+                max_workers=self.io_concurrency, thread_name_prefix="trajsynth-unit"
+            )
+            futures = [pool.submit(run_map_unit, t, progress) for t in tasks]
+        else:
+            pool = self._process_pool()
+            futures = [pool.submit(run_map_unit, t) for t in tasks]
+        try:
+            for fut in cf.as_completed(futures):
+                yield fut.result()
+        finally:
+            for fut in futures:
+                fut.cancel()
+            if io_bound:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None

@@ -1,0 +1,505 @@
+"""The runner: executes a validated pipeline into a run folder, exactly once.
+
+Run folder layout::
+
+    runs/tiny/
+      manifest.json           # the truth: what is committed (see store/manifest.py)
+      raw/part-00000.parquet  # one folder per stage (its main output)
+      rollouts/failed/...     # a named side output of stage `rollouts`
+      artifacts/<stage>/      # files a stage produces that are not rows (checkpoints)
+      logs/run.log            # tracebacks of stage failures
+
+For each stage in topological order the runner:
+
+1. computes the cache key = hash(stage name, config, input fingerprints, seed, LLM and env
+   settings, shard size, trajsynth version);
+2. skips the stage if the manifest says it finished with that key and its files are intact;
+3. resumes it if it was interrupted with that key — map stages skip the units (input shards)
+   already committed, sources restart from the committed row offset, global stages start over;
+4. otherwise clears its outputs and runs it fresh (and, since its output fingerprint changes,
+   every stage downstream reruns too).
+
+Every shard is committed by an atomic rename and then recorded in the manifest, which is itself
+replaced atomically; files not recorded are debris of a crash and are removed on resume. So a
+run killed at any moment and rerun writes each row exactly once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import shutil
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..core.errors import StageFailed, TrajsynthError
+from ..core.ids import file_fingerprint, stable_hash
+from ..stages.base import Context, ContextSpec, Emit, Metrics, StageKind, config_hash
+from ..store.manifest import MANIFEST_NAME, OutputState, RunManifest, ShardRecord, StageState
+from ..store.shards import ShardInfo, ShardWriter, clean_tmp, iter_shard, list_shards
+from ..version import __version__
+from .executors import Executor, LocalExecutor, UnitTask, output_dir
+from .spec import InputRef, ResolvedPipeline, ResolvedStage
+
+__all__ = ["Reporter", "RunResult", "Runner", "run_pipeline"]
+
+log = logging.getLogger("trajsynth.runner")
+
+
+class Reporter:
+    """Receives progress events; the CLI draws progress bars from them. Default: silent."""
+
+    def run_started(self, pipeline: ResolvedPipeline, run_dir: Path) -> None: ...
+
+    def stage_started(
+        self, stage_id: str, uses: str, kind: str, total_rows: int | None, note: str
+    ) -> None: ...
+
+    def advance(self, stage_id: str, rows: int) -> None: ...
+
+    def stage_finished(self, stage_id: str, state: StageState, outcome: str) -> None: ...
+
+    def run_finished(self, result: RunResult) -> None: ...
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    manifest: RunManifest
+    executed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    layout: str = "pipeline"
+
+    def output(self, stage_id: str, output: str = "main") -> Path:
+        """Folder holding a stage's (named) output shards."""
+        base = self.run_dir if self.layout == "single" else self.run_dir / stage_id
+        return output_dir(base, output)
+
+
+class Runner:
+    """Runs a :class:`ResolvedPipeline` into ``run_dir`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        pipeline: ResolvedPipeline,
+        *,
+        run_dir: Path | None = None,
+        force: bool = False,
+        executor: Executor | None = None,
+        reporter: Reporter | None = None,
+        layout: str = "pipeline",
+    ) -> None:
+        self.pipeline = pipeline
+        defaults = pipeline.spec.defaults
+        self.run_dir = Path(run_dir or defaults.output or f"runs/{pipeline.name}")
+        self.force = force
+        self.executor = executor or LocalExecutor(defaults.workers, defaults.io_concurrency)
+        self.reporter = reporter or Reporter()
+        if layout not in ("pipeline", "single"):
+            raise ValueError(layout)
+        if layout == "single" and len(pipeline.stages) != 1:
+            raise ValueError("the single-stage layout needs a one-stage pipeline")
+        self.layout = layout
+        self.manifest_path = self.run_dir / MANIFEST_NAME
+
+    # -- paths -------------------------------------------------------------------------------
+    def stage_dir(self, stage_id: str) -> Path:
+        return self.run_dir if self.layout == "single" else self.run_dir / stage_id
+
+    def artifacts_dir(self, stage_id: str) -> Path:
+        return self.run_dir / "artifacts" / (stage_id if self.layout == "pipeline" else "")
+
+    # -- main loop ---------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._setup_logging()
+        manifest = self._load_manifest()
+        result = RunResult(run_dir=self.run_dir, manifest=manifest, layout=self.layout)
+        self.reporter.run_started(self.pipeline, self.run_dir)
+        try:
+            for sid in self.pipeline.order:
+                outcome = self._run_stage(sid, manifest)
+                if outcome == "skipped":
+                    result.skipped.append(sid)
+                else:
+                    result.executed.append(sid)
+                    if outcome == "resumed":
+                        result.resumed.append(sid)
+        finally:
+            self.executor.close()
+            from .executors import release_stages
+
+            release_stages()
+        self.reporter.run_finished(result)
+        return result
+
+    def _setup_logging(self) -> None:
+        logs = self.run_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        handler = logging.FileHandler(logs / "run.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        root = logging.getLogger("trajsynth")
+        for h in list(root.handlers):
+            if isinstance(h, logging.FileHandler) and getattr(h, "_trajsynth", False):
+                root.removeHandler(h)
+                h.close()
+        handler._trajsynth = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+
+    def _load_manifest(self) -> RunManifest:
+        spec = self.pipeline.spec
+        if self.manifest_path.exists() and not self.force:
+            manifest = RunManifest.load(self.manifest_path)
+        else:
+            old = RunManifest.load(self.manifest_path) if self.manifest_path.exists() else None
+            now = dt.datetime.now(dt.UTC)
+            manifest = RunManifest(
+                pipeline=spec.name,
+                run_id=f"{spec.name}-{now:%Y%m%dT%H%M%S}-{stable_hash(now.isoformat())[:6]}",
+            )
+            if old is not None:  # keep execution counters across --force
+                for sid, st in old.stages.items():
+                    manifest.stages[sid] = StageState(uses=st.uses, executions=st.executions)
+        manifest.pipeline = spec.name
+        manifest.pipeline_path = str(self.pipeline.path) if self.pipeline.path else None
+        manifest.config_hash = self.pipeline.config_hash()
+        manifest.trajsynth_version = __version__
+        stale = [sid for sid in manifest.stages if sid not in self.pipeline.stages]
+        for sid in stale:
+            log.info("stage %s is no longer in the pipeline; forgetting it (its files stay)", sid)
+            del manifest.stages[sid]
+        # keep stages in pipeline order in the file
+        manifest.stages = {
+            sid: manifest.stages[sid] for sid in self.pipeline.order if sid in manifest.stages
+        } | {sid: st for sid, st in manifest.stages.items() if sid not in self.pipeline.order}
+        manifest.save(self.manifest_path)
+        return manifest
+
+    # -- inputs ------------------------------------------------------------------------------
+    def _input_shards(self, ref: InputRef, manifest: RunManifest) -> list[Path]:
+        if ref.path is not None:
+            return list_shards(ref.path)
+        state = manifest.stages[ref.stage]  # type: ignore[index]
+        folder = output_dir(self.stage_dir(ref.stage), ref.output)  # type: ignore[arg-type]
+        out = state.outputs.get(ref.output) or OutputState()
+        return [folder / s.file for s in sorted(out.shards, key=lambda s: s.file)]
+
+    def _input_fingerprint(self, ref: InputRef, manifest: RunManifest) -> str:
+        if ref.path is not None:
+            return stable_hash([(p.name, file_fingerprint(p)) for p in list_shards(ref.path)])
+        return manifest.stages[ref.stage].fingerprint(ref.output)  # type: ignore[index]
+
+    def _cache_key(self, rs: ResolvedStage, manifest: RunManifest) -> str:
+        defaults = self.pipeline.spec.defaults
+        return stable_hash(
+            {
+                "uses": rs.step.uses,
+                "config": rs.config.model_dump(mode="json"),
+                "inputs": [(str(r), self._input_fingerprint(r, manifest)) for r in rs.inputs],
+                "seed": defaults.seed,
+                "llm": defaults.llm,
+                "env": defaults.env,
+                "shard_rows": rs.shard_rows,
+                "version": __version__,
+            }
+        )
+
+    def _outputs_intact(self, sid: str, state: StageState) -> bool:
+        for name, out in state.outputs.items():
+            folder = output_dir(self.stage_dir(sid), name)
+            for shard in out.shards:
+                p = folder / shard.file
+                if not p.exists() or p.stat().st_size != shard.bytes:
+                    return False
+        return True
+
+    # -- one stage ---------------------------------------------------------------------------
+    def _run_stage(self, sid: str, manifest: RunManifest) -> str:
+        rs = self.pipeline.stages[sid]
+        cls = type(rs.stage)
+        key = self._cache_key(rs, manifest)
+        state = manifest.stages.get(sid)
+        if (
+            state is not None
+            and not self.force
+            and state.status == "done"
+            and state.cache_key == key
+            and self._outputs_intact(sid, state)
+        ):
+            self.reporter.stage_finished(sid, state, "skipped")
+            return "skipped"
+
+        resume = (
+            state is not None
+            and not self.force
+            and state.cache_key == key
+            and state.status in ("running", "failed")
+        )
+        if resume and cls.kind == StageKind.GLOBAL:
+            resume = False  # a global stage cannot resume mid-way: start it over
+        executions = state.executions if state else 0
+        if not resume:
+            self._clear_outputs(sid, cls.outputs)
+            state = StageState(
+                uses=rs.step.uses,
+                kind=cls.kind.value,
+                inputs=[str(r) for r in rs.inputs],
+                cache_key=key,
+                executions=executions,
+            )
+            manifest.stages[sid] = state
+        else:
+            assert state is not None
+            state.resumes += 1
+            self._remove_uncommitted(sid, state, cls.outputs)
+        state.status = "running"
+        state.error = None
+        state.executions += 1
+        state.started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        manifest.stages = {s: manifest.stages[s] for s in manifest.stages}  # keep order
+        manifest.save(self.manifest_path)
+
+        spec = ContextSpec(
+            stage_id=sid,
+            run_id=manifest.run_id,
+            seed=self.pipeline.spec.defaults.seed,
+            config_hash=config_hash(rs.step.uses, rs.config),
+            llm=self.pipeline.spec.defaults.llm,
+            env=self.pipeline.spec.defaults.env,
+            cache_dir=self.pipeline.spec.defaults.cache_dir or str(self.run_dir / "cache"),
+            artifacts_dir=str(self.artifacts_dir(sid)),
+        )
+        started = time.perf_counter()
+        inputs = [(ref, self._input_shards(ref, manifest)) for ref in rs.inputs]
+        total_in = sum(_rows_of(p) for _, paths in inputs for p in paths)
+        state.rows_in = total_in
+        expected = total_in if cls.kind != StageKind.SOURCE else rs.stage.expected_rows()
+        self.reporter.stage_started(
+            sid, rs.step.uses, cls.kind.value, expected, "resuming" if resume else ""
+        )
+        try:
+            if cls.kind == StageKind.MAP:
+                self._execute_map(rs, state, spec, inputs, manifest, key)
+            else:
+                self._execute_in_driver(rs, state, spec, inputs, manifest)
+        except KeyboardInterrupt:
+            state.seconds += time.perf_counter() - started
+            manifest.save(self.manifest_path)
+            raise
+        except TrajsynthError as exc:
+            self._fail(state, manifest, str(exc), started)
+            raise
+        except Exception as exc:
+            log.error("stage %s failed:\n%s", sid, traceback.format_exc())
+            message = f"stage {sid!r} ({rs.step.uses}) failed: {type(exc).__name__}: {exc}"
+            self._fail(state, manifest, message, started)
+            raise StageFailed(
+                message, hint=f"traceback in {self.run_dir / 'logs' / 'run.log'}"
+            ) from exc
+        state.status = "done"
+        state.seconds += time.perf_counter() - started
+        state.finished_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        for out in state.outputs.values():
+            out.shards.sort(key=lambda s: s.file)
+        manifest.save(self.manifest_path)
+        self.reporter.stage_finished(sid, state, "resumed" if resume else "ran")
+        return "resumed" if resume else "ran"
+
+    def _fail(self, state: StageState, manifest: RunManifest, message: str, started: float) -> None:
+        state.status = "failed"
+        state.error = message
+        state.seconds += time.perf_counter() - started
+        manifest.save(self.manifest_path)
+
+    def _clear_outputs(self, sid: str, outputs: tuple[str, ...]) -> None:
+        """Remove a stage's previous shards (only files the store writes; nothing else)."""
+        base = self.stage_dir(sid)
+        for name in ("main", *outputs[1:]):
+            folder = output_dir(base, name)
+            if folder.is_dir():
+                for p in folder.glob("part-*.parquet"):
+                    p.unlink()
+                clean_tmp(folder)
+        if self.layout == "pipeline":
+            art = self.artifacts_dir(sid)
+            if art.is_dir():
+                shutil.rmtree(art)
+
+    def _remove_uncommitted(self, sid: str, state: StageState, outputs: tuple[str, ...]) -> None:
+        """Delete shards a crash left behind that the manifest does not record."""
+        base = self.stage_dir(sid)
+        for name in ("main", *outputs[1:]):
+            folder = output_dir(base, name)
+            if not folder.is_dir():
+                continue
+            clean_tmp(folder)
+            committed = {s.file for s in (state.outputs.get(name) or OutputState()).shards}
+            for p in folder.glob("part-*.parquet"):
+                if p.name not in committed:
+                    p.unlink()
+
+    # -- map stages: one unit per input shard, run by the executor ----------------------------
+    def _execute_map(
+        self,
+        rs: ResolvedStage,
+        state: StageState,
+        spec: ContextSpec,
+        inputs: list[tuple[InputRef, list[Path]]],
+        manifest: RunManifest,
+        key: str,
+    ) -> None:
+        cls = type(rs.stage)
+        tasks = []
+        index = 0
+        for ref, paths in inputs:
+            for p in paths:
+                unit_key = f"{ref}/{p.name}"
+                if unit_key not in state.units:
+                    tasks.append(
+                        UnitTask(
+                            stage_id=rs.id,
+                            uses=rs.step.uses,
+                            config=rs.config.model_dump(mode="json"),
+                            ctx_spec=spec.model_dump(mode="json"),
+                            cache_key=key,
+                            unit_key=unit_key,
+                            unit_index=index,
+                            input_path=str(p),
+                            input_name=str(ref),
+                            out_dir=str(self.stage_dir(rs.id)),
+                            outputs=cls.outputs,
+                            plugins=tuple(self.pipeline.spec.plugins),
+                        )
+                    )
+                index += 1
+        done_rows = sum(_rows_of(p) for _, paths in inputs for p in paths) - sum(
+            _rows_of(Path(t.input_path)) for t in tasks
+        )
+        if done_rows:
+            self.reporter.advance(rs.id, done_rows)
+        live: dict[str, int] = {}
+
+        def progress(unit_key: str, rows: int) -> None:
+            live[unit_key] = live.get(unit_key, 0) + rows
+            self.reporter.advance(rs.id, rows)
+
+        for res in self.executor.run_units(tasks, io_bound=cls.io_bound, progress=progress):
+            for name, info in res.shards.items():
+                if info is not None:
+                    state.outputs.setdefault(name, OutputState()).shards.append(
+                        ShardRecord.of(info)
+                    )
+            state.units[res.unit_key] = {n: (i.file if i else None) for n, i in res.shards.items()}
+            state.metrics = Metrics.merge(state.metrics, res.metrics)
+            manifest.save(self.manifest_path)
+            self.reporter.advance(rs.id, max(0, res.rows_in - live.pop(res.unit_key, 0)))
+
+    # -- source and global stages: run in the driver, shards committed as they fill ---------
+    def _execute_in_driver(
+        self,
+        rs: ResolvedStage,
+        state: StageState,
+        spec: ContextSpec,
+        inputs: list[tuple[InputRef, list[Path]]],
+        manifest: RunManifest,
+    ) -> None:
+        cls = type(rs.stage)
+        ctx = Context(spec, progress=lambda n: self.reporter.advance(rs.id, n))
+        stage = rs.stage
+        stage.setup(ctx)
+        writers: dict[str, ShardWriter] = {}
+        is_source = cls.kind == StageKind.SOURCE
+
+        def writer(name: str) -> ShardWriter:
+            if name not in writers:
+                out = state.outputs.setdefault(name, OutputState())
+
+                def commit(info: ShardInfo, out: OutputState = out) -> None:
+                    out.shards.append(ShardRecord.of(info))
+                    if is_source:
+                        state.offset += info.rows
+                        state.next_shard = writers["main"].next_index
+                        self.reporter.advance(rs.id, info.rows)
+                    manifest.save(self.manifest_path)
+
+                writers[name] = ShardWriter(
+                    output_dir(self.stage_dir(rs.id), name),
+                    shard_rows=rs.shard_rows,
+                    start_index=state.next_shard if (is_source and name == "main") else 0,
+                    on_commit=commit,
+                )
+            return writers[name]
+
+        def all_batches() -> Iterator[pa.RecordBatch]:
+            for _, paths in inputs:
+                for p in paths:
+                    for b in iter_shard(p):
+                        if not is_source:
+                            self.reporter.advance(rs.id, b.num_rows)
+                        yield b
+
+        try:
+            produced = (
+                stage.generate(ctx, state.offset)
+                if is_source
+                else stage.process(all_batches(), ctx)
+            )
+            for item in produced:
+                name, data = (
+                    ("main", item) if not isinstance(item, Emit) else (item.name, item.data)
+                )
+                if name == cls.outputs[0]:
+                    name = "main"
+                if is_source and name != "main":
+                    raise ValueError("source stages have one output; Emit is not allowed")
+                if name != "main" and name not in cls.outputs:
+                    raise ValueError(f"stage emitted to undeclared output {name!r}")
+                writer(name).write(data)
+            writer("main")  # a stage that yields nothing still has an (empty) main output
+            for w in writers.values():
+                w.close()
+        finally:
+            stage.teardown()
+        state.metrics = Metrics.merge(state.metrics, ctx.metrics.snapshot())
+
+
+def _rows_of(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:  # unreadable files fail later with a clear DataError
+        return 0
+
+
+def run_pipeline(
+    pipeline: str | Path | ResolvedPipeline,
+    *,
+    out: str | Path | None = None,
+    overrides: list[str] | None = None,
+    force: bool = False,
+    reporter: Reporter | None = None,
+    executor: Executor | None = None,
+) -> RunResult:
+    """Load (if given a path), validate and run a pipeline. Returns the :class:`RunResult`."""
+    from .spec import load_pipeline
+
+    resolved = (
+        pipeline
+        if isinstance(pipeline, ResolvedPipeline)
+        else load_pipeline(pipeline, overrides, output=str(out) if out else None)
+    )
+    return Runner(
+        resolved,
+        run_dir=Path(out) if out else None,
+        force=force,
+        reporter=reporter,
+        executor=executor,
+    ).run()

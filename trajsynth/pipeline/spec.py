@@ -1,0 +1,478 @@
+"""Pipeline files: YAML → a validated stage graph.
+
+A pipeline file::
+
+    name: tiny
+    defaults:              # shared by every stage
+      seed: 0
+      output: runs/tiny    # run folder (overridden by --out)
+      shard_rows: 50000
+      llm: {teacher: {backend: sim}}
+    plugins: [my_package.stages]   # modules that register extra stages
+    stages:
+      - id: raw
+        uses: synthetic
+        with: {rows: 1000}
+      - id: sampled
+        uses: sample
+        from: raw          # a stage id, `id:output` for a side output, or a path
+        with: {n: 100}
+
+Everything is checked before any stage runs: YAML syntax, unknown or mistyped fields, unknown
+stages, each stage's ``with:`` against its config model, inputs that name no stage and no
+path, the number of inputs, cycles, and the column wiring (a stage that reads ``quality_score``
+needs a stage upstream that writes it). Each problem is one :class:`ConfigError` whose message
+starts with the stage id and names the field.
+
+Overrides (``--set``) are applied to the YAML before validation:
+``stages.rollouts.with.samples=16`` (a stage addressed by its id), ``defaults.seed=3``.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+
+from ..core.config import StrictModel
+from ..core.errors import ConfigError, TrajsynthError
+from ..core.ids import stable_hash
+from ..stages.base import (
+    BASE_COLUMNS,
+    Stage,
+    StageConfig,
+    build_stage,
+    get_stage,
+    load_builtin_stages,
+)
+
+__all__ = [
+    "Defaults",
+    "InputRef",
+    "PipelineSpec",
+    "ResolvedPipeline",
+    "ResolvedStage",
+    "StepSpec",
+    "apply_overrides",
+    "load_pipeline",
+    "parse_overrides",
+    "pipeline_json_schema",
+    "resolve_pipeline",
+]
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class Defaults(StrictModel):
+    """Settings shared by every stage of a pipeline."""
+
+    seed: int = Field(default=0, description="Base seed; every stage derives its RNGs from it.")
+    output: str | None = Field(
+        default=None, description="Run folder (default runs/<name>); --out overrides it."
+    )
+    shard_rows: int = Field(default=50_000, ge=1, description="Rows per output shard.")
+    workers: int = Field(
+        default=0, ge=0, description="Processes for CPU-bound map stages (0 = one per core)."
+    )
+    io_concurrency: int = Field(
+        default=4, ge=1, description="Units run at once by I/O-bound (LLM) map stages."
+    )
+    llm: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="LLM roles: {role: {backend, model, base_url, ...}}."
+    )
+    env: dict[str, Any] = Field(default_factory=dict, description="Environment settings.")
+    cache_dir: str | None = Field(
+        default=None, description="LLM response cache (default <run>/cache)."
+    )
+
+
+class StepSpec(StrictModel):
+    """One ``stages:`` entry."""
+
+    id: str = Field(description="Unique stage id; also the name of its output folder.")
+    uses: str = Field(description="Registered stage name (see `trajsynth stages`).")
+    from_: list[str] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("from", "from_"),
+        serialization_alias="from",
+        description="Inputs: stage ids, `id:output` for side outputs, or paths.",
+    )
+    with_: dict[str, Any] = Field(
+        default_factory=dict,
+        validation_alias=AliasChoices("with", "with_"),
+        serialization_alias="with",
+        description="The stage's config (see `trajsynth stages`).",
+    )
+    shard_rows: int | None = Field(default=None, ge=1, description="Overrides defaults.")
+    description: str = ""
+
+    @field_validator("from_", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("with_", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
+
+    @field_validator("id")
+    @classmethod
+    def _id_chars(cls, v: str) -> str:
+        if not _ID.match(v) or ":" in v:
+            raise ValueError("ids use letters, digits, '_', '-' and '.' only")
+        return v
+
+
+class PipelineSpec(StrictModel):
+    """A whole pipeline file."""
+
+    name: str = Field(description="Pipeline name (the default run folder is runs/<name>).")
+    description: str = ""
+    defaults: Defaults = Field(default_factory=Defaults)
+    plugins: list[str] = Field(
+        default_factory=list, description="Modules imported first; they may register stages."
+    )
+    stages: list[StepSpec] = Field(description="The stages, in any order; `from:` wires them.")
+
+
+@dataclass(frozen=True)
+class InputRef:
+    """One resolved input of a stage: another stage's output, or a path on disk."""
+
+    stage: str | None = None
+    output: str = "main"
+    path: Path | None = None
+
+    def __str__(self) -> str:
+        if self.path is not None:
+            return str(self.path)
+        return self.stage if self.output == "main" else f"{self.stage}:{self.output}"
+
+
+@dataclass
+class ResolvedStage:
+    step: StepSpec
+    stage: Stage
+    inputs: list[InputRef]
+    shard_rows: int
+
+    @property
+    def id(self) -> str:
+        return self.step.id
+
+    @property
+    def config(self) -> StageConfig:
+        return self.stage.config
+
+
+@dataclass
+class ResolvedPipeline:
+    spec: PipelineSpec
+    path: Path | None
+    stages: dict[str, ResolvedStage]
+    order: list[str]
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def config_hash(self) -> str:
+        return stable_hash(self.raw)
+
+    def sinks(self) -> list[str]:
+        """Stages whose main output no other stage reads (the pipeline's results)."""
+        used = {ref.stage for s in self.stages.values() for ref in s.inputs if ref.stage}
+        return [sid for sid in self.order if sid not in used]
+
+
+# --------------------------------------------------------------------------------------
+# overrides
+# --------------------------------------------------------------------------------------
+
+
+def parse_overrides(items: list[str] | None) -> list[tuple[str, Any]]:
+    """``["a.b=1", "c=x"]`` → ``[("a.b", 1), ("c", "x")]`` with YAML scalar typing."""
+    out = []
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        key, _, text = item.partition("=")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        out.append((key.strip(), value))
+    return out
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Set each dotted key in ``raw``; ``stages.<id>`` addresses a stage by its id."""
+    for key, value in overrides:
+        parts = key.split(".")
+        node: Any = raw
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(node, list):
+                match = [s for s in node if isinstance(s, dict) and s.get("id") == part]
+                if not match:
+                    ids = [s.get("id") for s in node if isinstance(s, dict)]
+                    raise ConfigError(f"--set {key}: no stage with id {part!r} (ids: {ids})")
+                if last:
+                    raise ConfigError(f"--set {key}: cannot replace a whole stage")
+                node = match[0]
+                continue
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {key}: {'.'.join(parts[:i])} is not a mapping")
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+    return raw
+
+
+# --------------------------------------------------------------------------------------
+# loading and validation
+# --------------------------------------------------------------------------------------
+
+
+def load_pipeline(
+    path: str | Path, overrides: list[str] | None = None, *, output: str | None = None
+) -> ResolvedPipeline:
+    """Read, override and validate a pipeline file. Raises ConfigError on any problem."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such pipeline file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a pipeline file is a mapping with `name` and `stages`")
+    return resolve_pipeline(raw, path=path, overrides=overrides, output=output)
+
+
+def resolve_pipeline(
+    raw: dict[str, Any],
+    *,
+    path: Path | None = None,
+    overrides: list[str] | None = None,
+    output: str | None = None,
+) -> ResolvedPipeline:
+    """Validate a pipeline given as a dict (see :func:`load_pipeline`)."""
+    import copy
+
+    raw = apply_overrides(copy.deepcopy(raw), parse_overrides(overrides))
+    if output is not None:
+        raw.setdefault("defaults", {})
+        if raw["defaults"] is None:
+            raw["defaults"] = {}
+        raw["defaults"]["output"] = output
+    where = str(path) if path else "pipeline"
+    try:
+        spec = PipelineSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_pipeline_error(exc, raw, where)) from None
+    load_builtin_stages(spec.plugins)
+
+    ids = [s.id for s in spec.stages]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ConfigError(f"stage {dupes[0]!r}: id used more than once")
+    if not spec.stages:
+        raise ConfigError(f"{where}: `stages` is empty")
+
+    resolved: dict[str, ResolvedStage] = {}
+    base_dir = path.parent if path else Path.cwd()
+    for step in spec.stages:
+        try:
+            cls = get_stage(step.uses)
+        except TrajsynthError as exc:
+            raise ConfigError(f"stage {step.id!r}: uses: {exc.message}", hint=exc.hint) from None
+        stage = build_stage(step.uses, step.with_, where=f"stage {step.id!r}: with")
+        inputs = [_resolve_ref(step.id, ref, ids, spec, base_dir) for ref in step.from_]
+        lo, hi = cls.inputs_range
+        if len(inputs) < lo or (hi is not None and len(inputs) > hi):
+            want = (
+                f"exactly {lo}"
+                if lo == hi
+                else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
+            )
+            raise ConfigError(
+                f"stage {step.id!r}: from: {cls.name} takes {want} input(s), got {len(inputs)}"
+            )
+        resolved[step.id] = ResolvedStage(
+            step=step,
+            stage=stage,
+            inputs=inputs,
+            shard_rows=step.shard_rows or spec.defaults.shard_rows,
+        )
+
+    order = _toposort(resolved)
+    _check_columns(resolved, order)
+    return ResolvedPipeline(spec=spec, path=path, stages=resolved, order=order, raw=raw)
+
+
+def _resolve_ref(
+    stage_id: str, ref: str, ids: list[str], spec: PipelineSpec, base_dir: Path
+) -> InputRef:
+    name, _, output = ref.partition(":")
+    if name in ids:
+        target = next(s for s in spec.stages if s.id == name)
+        try:
+            outputs = get_stage(target.uses).outputs
+        except TrajsynthError:
+            outputs = ("main",)
+        out = output or "main"
+        valid = {"main", *outputs}
+        if out not in valid:
+            raise ConfigError(
+                f"stage {stage_id!r}: from: {name!r} has no output {out!r} (it has {sorted(valid)})"
+            )
+        if out == outputs[0]:
+            out = "main"
+        return InputRef(stage=name, output=out)
+    for candidate in (Path(ref), base_dir / ref):
+        if candidate.exists():
+            return InputRef(path=candidate)
+    raise ConfigError(
+        f"stage {stage_id!r}: from: {ref!r} is neither a stage id nor an existing path",
+        hint=f"stage ids are {ids}",
+    )
+
+
+def _toposort(stages: dict[str, ResolvedStage]) -> list[str]:
+    graph = {sid: {r.stage for r in s.inputs if r.stage} for sid, s in stages.items()}
+    sorter = graphlib.TopologicalSorter(graph)
+    try:
+        order = list(sorter.static_order())
+    except graphlib.CycleError as exc:
+        cycle = exc.args[1]
+        raise ConfigError(
+            f"stage {cycle[0]!r}: from: stages form a cycle: {' → '.join(cycle)}"
+        ) from None
+    # keep the file's order where the graph allows (stable, readable run logs)
+    position = {sid: i for i, sid in enumerate(stages)}
+    done: list[str] = []
+    remaining = set(order)
+    while remaining:
+        ready = [s for s in remaining if graph[s] <= set(done)]
+        nxt = min(ready, key=position.__getitem__)
+        done.append(nxt)
+        remaining.remove(nxt)
+    return done
+
+
+def _check_columns(stages: dict[str, ResolvedStage], order: list[str]) -> None:
+    """Every column a stage reads must be a base column or written upstream."""
+    available: dict[str, set[str] | None] = {}  # None: unknown (external input) → anything
+    for sid in order:
+        rs = stages[sid]
+        cls = type(rs.stage)
+        upstream: set[str] | None = set(BASE_COLUMNS)
+        for ref in rs.inputs:
+            if ref.path is not None:
+                upstream = None
+                break
+            cols = available[ref.stage]  # type: ignore[index]
+            if cols is None:
+                upstream = None
+                break
+            upstream |= cols
+        if upstream is not None:
+            missing = [c for c in cls.reads if c not in upstream]
+            if missing:
+                raise ConfigError(
+                    f"stage {sid!r}: {cls.name} reads {missing}, which no stage upstream writes",
+                    hint="add the stage that computes it (e.g. `score` before `filter`)",
+                )
+            available[sid] = upstream | set(cls.writes)
+        else:
+            available[sid] = None
+
+
+def _pipeline_error(exc: ValidationError, raw: dict[str, Any], where: str) -> str:
+    msgs = []
+    stages = raw.get("stages") if isinstance(raw.get("stages"), list) else []
+    for err in exc.errors():
+        loc = list(err["loc"])
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        if loc[:1] == ["stages"] and len(loc) >= 2 and isinstance(loc[1], int):
+            entry = stages[loc[1]] if loc[1] < len(stages) else {}
+            sid = entry.get("id") if isinstance(entry, dict) else None
+            label = f"stage {sid!r}" if sid else f"stages[{loc[1]}]"
+            fld = (
+                ".".join(str(x) for x in loc[2:]).replace("from_", "from").replace("with_", "with")
+            )
+            msgs.append(f"{label}: {fld}: {msg}" if fld else f"{label}: {msg}")
+        else:
+            fld = ".".join(str(x) for x in loc)
+            msgs.append(f"{where}: {fld}: {msg}" if fld else f"{where}: {msg}")
+    return "; ".join(msgs)
+
+
+# --------------------------------------------------------------------------------------
+# JSON Schema for editors
+# --------------------------------------------------------------------------------------
+
+
+def pipeline_json_schema() -> dict[str, Any]:
+    """JSON Schema of a pipeline file, with each registered stage's ``with:`` (for editors).
+
+    Committed as ``schemas/pipeline.schema.json``; regenerate with ``trajsynth schema --write``.
+    """
+    stages = load_builtin_stages()
+    schema = PipelineSpec.model_json_schema(by_alias=True)
+    defs = schema.setdefault("$defs", {})
+    step = defs["StepSpec"]
+    step["properties"]["uses"]["enum"] = sorted(stages)
+    branches = []
+    for name in sorted(stages):
+        cls = stages[name]
+        cfg = cls.Config.model_json_schema()
+        cfg_defs = cfg.pop("$defs", {})
+        for k, v in cfg_defs.items():
+            defs[f"{name}__{k}"] = v
+        text = _retarget_refs(cfg, name)
+        text["description"] = cls.doc()
+        branches.append(
+            {
+                "if": {"properties": {"uses": {"const": name}}},
+                "then": {"properties": {"with": text}},
+            }
+        )
+    step["allOf"] = branches
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://trajsynth.dev/schemas/pipeline.schema.json",
+        **schema,
+        "title": "trajsynth pipeline",
+    }
+
+
+def _retarget_refs(node: Any, prefix: str) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: (
+                f"#/$defs/{prefix}__{v.rsplit('/', 1)[-1]}"
+                if k == "$ref" and isinstance(v, str)
+                else _retarget_refs(v, prefix)
+            )
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_retarget_refs(x, prefix) for x in node]
+    return node

@@ -1,0 +1,1 @@
+"""Quality: verifiers-based scores, dedup, diversity, difficulty, balance, statistics."""

@@ -1,0 +1,43 @@
+"""Stages: one module per method, each a pure transform of record batches (see base.py)."""
+
+from .base import (
+    BASE_COLUMNS,
+    STAGES,
+    Context,
+    ContextSpec,
+    Emit,
+    GlobalStage,
+    MapStage,
+    Metrics,
+    RowStage,
+    SourceStage,
+    Stage,
+    StageConfig,
+    StageKind,
+    build_stage,
+    get_stage,
+    load_builtin_stages,
+    register,
+    stage,
+)
+
+__all__ = [
+    "BASE_COLUMNS",
+    "STAGES",
+    "Context",
+    "ContextSpec",
+    "Emit",
+    "GlobalStage",
+    "MapStage",
+    "Metrics",
+    "RowStage",
+    "SourceStage",
+    "Stage",
+    "StageConfig",
+    "StageKind",
+    "build_stage",
+    "get_stage",
+    "load_builtin_stages",
+    "register",
+    "stage",
+]

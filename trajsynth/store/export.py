@@ -1,0 +1,115 @@
+"""Export shards for other tools: full JSONL records, TRL/HF chat datasets.
+
+``trl``: one JSON object per line with ``messages`` and ``tools`` (plus ``id``), the layout
+that ``datasets.load_dataset("json", ...)`` and TRL's ``SFTTrainer`` read unchanged. Messages
+use the OpenAI/HF chat format: assistant ``tool_calls`` are
+``{"type": "function", "id", "function": {"name", "arguments"}}`` with ``arguments`` kept as
+JSON text (so rows with different argument shapes do not get merged into one Arrow struct full
+of nulls; chat templates such as Qwen3's accept strings), reasoning goes to
+``reasoning_content``, and ``tools`` is JSON text (TRL parses it).
+
+``hf``: the same columns (plus ids, domain, capabilities, outcome and quality) saved with
+``datasets.Dataset.save_to_disk``, loadable with ``datasets.load_from_disk``.
+
+``jsonl``: every column of every row, JSON columns decoded (the row format of
+``schemas/trajectory.schema.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..core.batch import to_records
+from ..core.errors import UserError
+from ..core.schema import Message, Trajectory
+from .shards import iter_batches
+
+__all__ = ["EXPORT_FORMATS", "export", "to_chat_message", "to_trl_row"]
+
+EXPORT_FORMATS = ("trl", "jsonl", "hf")
+
+
+def to_chat_message(m: Message) -> dict[str, Any]:
+    """One message in the HF chat-template format."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {"type": "function", "id": c.id, "function": {"name": c.name, "arguments": c.arguments}}
+            for c in m.tool_calls
+        ]
+    if m.role == "tool":
+        out["tool_call_id"] = m.tool_call_id or ""
+        out["name"] = m.name or ""
+    if m.reasoning:
+        out["reasoning_content"] = m.reasoning
+    return out
+
+
+def to_trl_row(t: Trajectory) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "messages": [to_chat_message(m) for m in t.messages],
+        "tools": json.dumps(t.tools, ensure_ascii=False),
+    }
+
+
+def _records(path: str | Path) -> Iterator[Trajectory]:
+    for batch in iter_batches(path):
+        yield from to_records(batch)
+
+
+def _atomic_jsonl(dest: Path, rows: Iterator[dict[str, Any]]) -> int:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    n = 0
+    with open(tmp, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, default=str))
+            f.write("\n")
+            n += 1
+    os.replace(tmp, dest)
+    return n
+
+
+def export(path: str | Path, fmt: str, dest: str | Path) -> tuple[int, Path]:
+    """Export every row under ``path`` to ``dest`` in format ``fmt``; returns (rows, file)."""
+    dest = Path(dest)
+    if fmt not in EXPORT_FORMATS:
+        raise UserError(f"unknown export format {fmt!r}; choose one of {list(EXPORT_FORMATS)}")
+    if fmt == "jsonl":
+        target = dest if dest.suffix == ".jsonl" else dest / "data.jsonl"
+        n = _atomic_jsonl(target, (r.model_dump(mode="json") for r in _records(path)))
+        return n, target
+    if fmt == "trl":
+        target = dest if dest.suffix == ".jsonl" else dest / "train.jsonl"
+        n = _atomic_jsonl(target, (to_trl_row(r) for r in _records(path)))
+        return n, target
+    # hf
+    try:
+        import datasets
+    except ImportError as exc:  # pragma: no cover - depends on extras
+        raise UserError(
+            "the hf format needs the `datasets` package", hint="pip install 'trajsynth[train]'"
+        ) from exc
+    rows = []
+    for r in _records(path):
+        row = to_trl_row(r)
+        row.update(
+            {
+                "task_id": r.task_id,
+                "domain": r.domain,
+                "capabilities": r.capabilities,
+                "success": r.success,
+                "quality_score": r.quality_score,
+                "difficulty": r.difficulty,
+                "method": r.method,
+            }
+        )
+        rows.append(row)
+    ds = datasets.Dataset.from_list(rows)
+    ds.save_to_disk(str(dest))
+    return len(rows), dest

@@ -1,0 +1,126 @@
+"""The run manifest: the one file that says what a run has committed.
+
+``manifest.json`` sits at the top of a run folder. It records the pipeline, its config hash,
+and for every stage its cache key, status, committed shards (per named output), the units or
+offset already done (for resume), metrics and timings. It is rewritten atomically (tmp →
+fsync → rename) after every shard commit, so after a crash it names exactly the shards that
+exist in full; everything else in a stage folder is debris that the resume removes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..core.errors import DataError
+from ..core.ids import stable_hash
+from .shards import ShardInfo, fsync_dir
+
+__all__ = ["MANIFEST_NAME", "OutputState", "RunManifest", "ShardRecord", "StageState"]
+
+MANIFEST_NAME = "manifest.json"
+
+StageStatus = Literal["pending", "running", "done", "failed"]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+class ShardRecord(BaseModel):
+    file: str
+    rows: int
+    bytes: int
+    fingerprint: str
+
+    @classmethod
+    def of(cls, info: ShardInfo) -> ShardRecord:
+        return cls(file=info.file, rows=info.rows, bytes=info.bytes, fingerprint=info.fingerprint)
+
+
+class OutputState(BaseModel):
+    """The committed shards of one named output of a stage."""
+
+    shards: list[ShardRecord] = Field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+    def fingerprint(self) -> str:
+        return stable_hash(sorted((s.file, s.fingerprint) for s in self.shards))
+
+
+class StageState(BaseModel):
+    """Everything the runner knows about one stage of a run."""
+
+    uses: str
+    kind: str = "map"
+    inputs: list[str] = Field(default_factory=list)
+    cache_key: str | None = None
+    status: StageStatus = "pending"
+    outputs: dict[str, OutputState] = Field(default_factory=dict)
+    #: map stages: unit key → output name → committed file (None when the unit wrote no rows)
+    units: dict[str, dict[str, str | None]] = Field(default_factory=dict)
+    #: source stages: rows committed so far (the offset a resume restarts from)
+    offset: int = 0
+    next_shard: int = 0
+    rows_in: int = 0
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    #: how many times this stage's code was started in this run folder (cache tests read it)
+    executions: int = 0
+    resumes: int = 0
+    started_at: str | None = None
+    finished_at: str | None = None
+    seconds: float = 0.0
+    error: str | None = None
+
+    def rows_out(self, output: str = "main") -> int:
+        state = self.outputs.get(output)
+        return state.rows if state else 0
+
+    def fingerprint(self, output: str = "main") -> str:
+        state = self.outputs.get(output) or OutputState()
+        return state.fingerprint()
+
+
+class RunManifest(BaseModel):
+    """The whole run: pipeline identity and every stage's state."""
+
+    pipeline: str
+    pipeline_path: str | None = None
+    config_hash: str = ""
+    run_id: str = ""
+    trajsynth_version: str = ""
+    created_at: str = Field(default_factory=_now)
+    updated_at: str = Field(default_factory=_now)
+    stages: dict[str, StageState] = Field(default_factory=dict)
+    usage: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> RunManifest:
+        try:
+            return cls.model_validate_json(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise DataError(
+                f"{path}: unreadable run manifest ({exc})",
+                hint="delete the run folder or pass --force to start over",
+            ) from exc
+
+    def save(self, path: Path) -> None:
+        """Atomic write: a crash leaves either the old or the new manifest, never half of one."""
+        self.updated_at = _now()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        data = json.dumps(self.model_dump(mode="json"), indent=1)
+        with open(tmp, "w") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)

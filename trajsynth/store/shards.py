@@ -1,0 +1,346 @@
+"""Parquet shards: an exactly-once writer and a streaming reader.
+
+Writing. :class:`ShardWriter` buffers rows and writes ``part-NNNNN.parquet`` files of
+``shard_rows`` rows. Each file is written under a hidden temporary name, flushed, fsynced and
+only then renamed into place (and the folder fsynced), so a reader never sees half a shard and
+a crash leaves at most a temporary file, which the next writer in that folder removes.
+
+Reading. :func:`list_shards` resolves a file, a folder (its ``part-*.parquet``, else
+``*.parquet``) or a glob; :func:`iter_batches` streams record batches with column projection.
+Every file's footer is checked first: a corrupt, truncated or foreign file, or a shard of an
+unknown schema version, ends in one :class:`DataError` naming the file.
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..core.batch import conform, to_records
+from ..core.errors import DataError, InputNotFoundError, SchemaVersionError
+from ..core.ids import file_fingerprint
+from ..core.schema import ARROW_SCHEMA, SCHEMA_VERSION, Trajectory
+from .migrations import MIGRATIONS
+
+__all__ = [
+    "DEFAULT_COMPRESSION",
+    "ShardInfo",
+    "ShardWriter",
+    "clean_tmp",
+    "count_rows",
+    "fsync_dir",
+    "iter_batches",
+    "iter_shard",
+    "list_shards",
+    "read_records",
+    "read_table",
+    "shard_version",
+    "write_shard",
+]
+
+DEFAULT_COMPRESSION = "zstd"
+VERSION_KEY = b"trajsynth.schema_version"
+TMP_PREFIX = ".tmp-"
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """A committed shard: its file name (relative to its folder), rows, bytes and content hash."""
+
+    file: str
+    rows: int
+    bytes: int
+    fingerprint: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "file": self.file,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "fingerprint": self.fingerprint,
+        }
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that a rename inside it survives a power cut."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_shard(
+    table: pa.Table,
+    path: Path,
+    *,
+    compression: str = DEFAULT_COMPRESSION,
+    row_group_rows: int | None = None,
+) -> ShardInfo:
+    """Atomically write ``table`` (already conformed) to ``path``: tmp → fsync → rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{path.name}")
+    with open(tmp, "wb") as sink:
+        pq.write_table(
+            table,
+            sink,
+            compression=compression,
+            row_group_size=row_group_rows,
+        )
+        sink.flush()
+        os.fsync(sink.fileno())
+    size = tmp.stat().st_size
+    fingerprint = file_fingerprint(tmp)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return ShardInfo(file=path.name, rows=table.num_rows, bytes=size, fingerprint=fingerprint)
+
+
+def clean_tmp(directory: Path) -> int:
+    """Remove temporary files a crashed writer left in ``directory``; returns how many."""
+    removed = 0
+    if directory.is_dir():
+        for p in directory.glob(f"{TMP_PREFIX}*"):
+            p.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+class ShardWriter:
+    """Rows in, ``part-NNNNN.parquet`` files of ``shard_rows`` rows out, each committed atomically.
+
+    Example::
+
+        with ShardWriter(Path("out"), shard_rows=10_000) as w:
+            for batch in batches:
+                w.write(batch)
+        w.shards   # [ShardInfo(file='part-00000.parquet', rows=10000, ...), ...]
+
+    ``on_commit`` is called with each ShardInfo right after its rename, which is where the
+    runner records it in the manifest.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        shard_rows: int = 50_000,
+        start_index: int = 0,
+        name_format: str = "part-{:05d}.parquet",
+        compression: str = DEFAULT_COMPRESSION,
+        row_group_rows: int | None = None,
+        on_commit: callable | None = None,  # type: ignore[valid-type]
+    ) -> None:
+        if shard_rows <= 0:
+            raise ValueError("shard_rows must be positive")
+        self.directory = Path(directory)
+        self.shard_rows = shard_rows
+        self.next_index = start_index
+        self.name_format = name_format
+        self.compression = compression
+        self.row_group_rows = row_group_rows
+        self.on_commit = on_commit
+        self.shards: list[ShardInfo] = []
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        clean_tmp(self.directory)
+
+    def write(self, data: pa.RecordBatch | pa.Table | Sequence) -> list[ShardInfo]:
+        """Buffer ``data``; commit every full shard. Returns the shards committed now."""
+        table = conform(data)
+        if table.num_rows == 0:
+            return []
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        committed = []
+        while self._pending_rows >= self.shard_rows:
+            committed.append(self._flush(self.shard_rows))
+        return committed
+
+    def close(self) -> list[ShardInfo]:
+        """Commit what is buffered (a final, smaller shard). Returns the shards committed now."""
+        committed = []
+        if self._pending_rows:
+            committed.append(self._flush(self._pending_rows))
+        return committed
+
+    def _flush(self, rows: int) -> ShardInfo:
+        table = pa.concat_tables(self._pending)
+        head, rest = table.slice(0, rows), table.slice(rows)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
+        path = self.directory / self.name_format.format(self.next_index)
+        self.next_index += 1
+        info = write_shard(
+            head.combine_chunks(),
+            path,
+            compression=self.compression,
+            row_group_rows=self.row_group_rows,
+        )
+        self.shards.append(info)
+        if self.on_commit is not None:
+            self.on_commit(info)
+        return info
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+
+
+# ------------------------------------------------------------------------------------------
+# reading
+# ------------------------------------------------------------------------------------------
+
+
+def list_shards(path: str | Path | Iterable[str | Path]) -> list[Path]:
+    """Resolve a file, a folder, a glob, or several of them into an ordered list of shards."""
+    if not isinstance(path, (str, Path)):
+        out: list[Path] = []
+        for p in path:
+            out.extend(list_shards(p))
+        return out
+    text = str(path)
+    p = Path(text)
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        files = sorted(p.glob("part-*.parquet"))
+        if not files:
+            files = sorted(f for f in p.glob("*.parquet") if not f.name.startswith("."))
+        if not files:
+            if (p / "manifest.json").exists() and any(c.is_dir() for c in p.iterdir()):
+                stages = sorted(c.name for c in p.iterdir() if c.is_dir())
+                raise InputNotFoundError(
+                    f"{p} is a run folder, not a shard folder",
+                    hint=f"name one of its stage folders, e.g. {p / stages[-1]}",
+                )
+            raise InputNotFoundError(f"{p} holds no Parquet shards")
+        return files
+    if any(ch in text for ch in "*?["):
+        files = sorted(
+            Path(f) for f in globlib.glob(text, recursive=True) if f.endswith(".parquet")
+        )
+        if not files:
+            raise InputNotFoundError(f"no Parquet shards match {text}")
+        return files
+    raise InputNotFoundError(f"{p} does not exist")
+
+
+def _open(path: Path) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        raise DataError(f"{path}: not a readable Parquet file ({exc})") from exc
+
+
+def shard_version(pf: pq.ParquetFile, path: Path) -> int:
+    """The schema version recorded in a shard's footer; DataError if it is not a trajsynth shard."""
+    metadata = pf.schema_arrow.metadata or {}
+    raw = metadata.get(VERSION_KEY)
+    if raw is None:
+        raise DataError(
+            f"{path}: not a trajsynth shard (no {VERSION_KEY.decode()} in its metadata)",
+            hint="import foreign data with an importer, e.g. `trajsynth tools import`, or "
+            "write it with trajsynth.store.ShardWriter",
+        )
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise DataError(f"{path}: bad schema version {raw!r}") from exc
+
+
+def _check_version(pf: pq.ParquetFile, path: Path) -> int:
+    version = shard_version(pf, path)
+    if version != SCHEMA_VERSION and version not in MIGRATIONS:
+        raise SchemaVersionError(
+            f"{path}: written with schema version {version}, this trajsynth reads "
+            f"version {SCHEMA_VERSION} and has no migration from {version}",
+            hint="re-run the stage that wrote it with this trajsynth version",
+        )
+    return version
+
+
+def _migrate(table: pa.Table, version: int) -> pa.Table:
+    while version != SCHEMA_VERSION:
+        table, version = MIGRATIONS[version](table)
+    return table
+
+
+def iter_batches(
+    path: str | Path | Iterable[str | Path],
+    *,
+    columns: Sequence[str] | None = None,
+    batch_size: int = 65_536,
+) -> Iterator[pa.RecordBatch]:
+    """Stream record batches from every shard under ``path``, reading only ``columns``."""
+    for shard in list_shards(path):
+        yield from iter_shard(shard, columns=columns, batch_size=batch_size)
+
+
+def iter_shard(
+    shard: Path, *, columns: Sequence[str] | None = None, batch_size: int = 65_536
+) -> Iterator[pa.RecordBatch]:
+    """Stream one shard's batches (version-checked, migrated where needed)."""
+    pf = _open(shard)
+    version = _check_version(pf, shard)
+    if columns is not None:
+        missing = [c for c in columns if c not in pf.schema_arrow.names]
+        if missing and version == SCHEMA_VERSION:
+            raise DataError(f"{shard}: no column(s) {missing}")
+    try:
+        if version == SCHEMA_VERSION:
+            yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+        else:
+            table = _migrate(pf.read(), version)
+            if columns is not None:
+                table = table.select(list(columns))
+            yield from table.to_batches(max_chunksize=batch_size)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        raise DataError(f"{shard}: corrupt Parquet data ({exc})") from exc
+
+
+def read_table(
+    path: str | Path | Iterable[str | Path], *, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """Read every shard under ``path`` into one Table (use :func:`iter_batches` for big data)."""
+    tables = []
+    for shard in list_shards(path):
+        pf = _open(shard)
+        version = _check_version(pf, shard)
+        try:
+            table = pf.read(columns=None if version != SCHEMA_VERSION else columns)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            raise DataError(f"{shard}: corrupt Parquet data ({exc})") from exc
+        if version != SCHEMA_VERSION:
+            table = _migrate(table, version)
+            if columns is not None:
+                table = table.select(list(columns))
+        tables.append(table)
+    if not tables:
+        return ARROW_SCHEMA.empty_table()
+    return pa.concat_tables(tables)
+
+
+def count_rows(path: str | Path | Iterable[str | Path]) -> int:
+    """Total rows under ``path``, from the footers only."""
+    return sum(_open(s).metadata.num_rows for s in list_shards(path))
+
+
+def read_records(path: str | Path | Iterable[str | Path]) -> list[Trajectory]:
+    """Every row under ``path`` as typed records (for small data; stream otherwise)."""
+    return to_records(read_table(path))
