@@ -115,7 +115,7 @@ class RichReporter(Reporter):
 
 def summary_table(result: RunResult) -> Table:
     table = Table(title=f"run {result.manifest.run_id}", title_justify="left")
-    for col in ("stage", "uses", "status", "rows in", "rows out", "seconds", "output"):
+    for col in ("stage", "uses", "status", "rows in", "rows out", "seconds"):
         table.add_column(col, justify="right" if col.startswith(("rows", "sec")) else "left")
     for sid, st in result.manifest.stages.items():
         status = (
@@ -128,7 +128,6 @@ def summary_table(result: RunResult) -> Table:
             f"{st.rows_in:,}",
             f"{st.rows_out():,}",
             f"{st.seconds:.1f}",
-            str(result.output(sid)),
         )
     return table
 

@@ -162,6 +162,23 @@ def list_stages(
 
 
 @app.command()
+def pipelines() -> None:
+    """List the built-in pipelines (run one with `trajsynth run NAME`)."""
+    import yaml
+
+    from ..pipeline.spec import builtin_pipelines
+
+    table = Table()
+    table.add_column("pipeline", style="bold")
+    table.add_column("what it does")
+    table.add_column("file", style="dim")
+    for name, path in builtin_pipelines().items():
+        raw = yaml.safe_load(path.read_text()) or {}
+        table.add_row(name, str(raw.get("description", "")), str(path))
+    console.print(table)
+
+
+@app.command()
 def schema(
     write: Annotated[bool, typer.Option("--write", help="Rewrite the files.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 if a file is stale.")] = False,

@@ -61,6 +61,7 @@ class UnitTask:
     outputs: tuple[str, ...]
     plugins: tuple[str, ...] = ()
     compression: str = DEFAULT_COMPRESSION
+    rows: int = 0
 
 
 @dataclass
@@ -190,9 +191,14 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def __init__(self, workers: int = 0, io_concurrency: int = 4) -> None:
+    def __init__(
+        self, workers: int = 0, io_concurrency: int = 4, pool_min_rows: int = 20_000
+    ) -> None:
         self.workers = workers or (os.cpu_count() or 1)
         self.io_concurrency = io_concurrency
+        #: below this many input rows a process pool costs more (worker start-up, imports)
+        #: than it saves, and CPU-bound units run inline
+        self.min_rows_for_pool = pool_min_rows
         self._pool: cf.ProcessPoolExecutor | None = None
 
     def _process_pool(self) -> cf.ProcessPoolExecutor:
@@ -207,7 +213,8 @@ class LocalExecutor(Executor):
     def run_units(
         self, tasks: Sequence[UnitTask], *, io_bound: bool, progress: Progress | None = None
     ) -> Iterator[UnitResult]:
-        if len(tasks) <= 1 or (not io_bound and self.workers <= 1):
+        small = sum(t.rows for t in tasks) < self.min_rows_for_pool
+        if len(tasks) <= 1 or (not io_bound and (self.workers <= 1 or small)):
             yield from InlineExecutor().run_units(tasks, io_bound=io_bound, progress=progress)
             return
         if io_bound:

@@ -99,7 +99,9 @@ class Runner:
         defaults = pipeline.spec.defaults
         self.run_dir = Path(run_dir or defaults.output or f"runs/{pipeline.name}")
         self.force = force
-        self.executor = executor or LocalExecutor(defaults.workers, defaults.io_concurrency)
+        self.executor = executor or LocalExecutor(
+            defaults.workers, defaults.io_concurrency, defaults.pool_min_rows
+        )
         self.reporter = reporter or Reporter()
         if layout not in ("pipeline", "single"):
             raise ValueError(layout)
@@ -376,6 +378,7 @@ class Runner:
                             out_dir=str(self.stage_dir(rs.id)),
                             outputs=cls.outputs,
                             plugins=tuple(self.pipeline.spec.plugins),
+                            rows=_rows_of(p),
                         )
                     )
                 index += 1

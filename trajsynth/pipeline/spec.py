@@ -59,6 +59,7 @@ __all__ = [
     "ResolvedStage",
     "StepSpec",
     "apply_overrides",
+    "builtin_pipelines",
     "load_pipeline",
     "parse_overrides",
     "pipeline_json_schema",
@@ -78,6 +79,11 @@ class Defaults(StrictModel):
     shard_rows: int = Field(default=50_000, ge=1, description="Rows per output shard.")
     workers: int = Field(
         default=0, ge=0, description="Processes for CPU-bound map stages (0 = one per core)."
+    )
+    pool_min_rows: int = Field(
+        default=20_000,
+        ge=0,
+        description="CPU-bound map stages use the process pool only from this many input rows.",
     )
     io_concurrency: int = Field(
         default=4, ge=1, description="Units run at once by I/O-bound (LLM) map stages."
@@ -246,13 +252,29 @@ def apply_overrides(raw: dict[str, Any], overrides: list[tuple[str, Any]]) -> di
 # --------------------------------------------------------------------------------------
 
 
+def builtin_pipelines() -> dict[str, Path]:
+    """The pipelines shipped in the package (``pipelines/`` in the repository), by name."""
+    folder = Path(__file__).resolve().parent.parent / "assets" / "pipelines"
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
 def load_pipeline(
     path: str | Path, overrides: list[str] | None = None, *, output: str | None = None
 ) -> ResolvedPipeline:
-    """Read, override and validate a pipeline file. Raises ConfigError on any problem."""
+    """Read, override and validate a pipeline file. Raises ConfigError on any problem.
+
+    ``path`` may also name a built-in pipeline (``tiny``, ``looptool``, ...), so an installed
+    trajsynth runs them from any folder.
+    """
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"{path}: no such pipeline file")
+        builtin = builtin_pipelines()
+        if str(path) not in builtin:
+            raise ConfigError(
+                f"{path}: no such pipeline file",
+                hint=f"built-in pipelines: {', '.join(builtin) or 'none'}",
+            )
+        path = builtin[str(path)]
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -434,7 +456,11 @@ def pipeline_json_schema() -> dict[str, Any]:
 
     Committed as ``schemas/pipeline.schema.json``; regenerate with ``trajsynth schema --write``.
     """
-    stages = load_builtin_stages()
+    stages = {
+        name: cls
+        for name, cls in load_builtin_stages().items()
+        if cls.__module__.startswith("trajsynth.")  # built-in stages only, not plugins/tests
+    }
     schema = PipelineSpec.model_json_schema(by_alias=True)
     defs = schema.setdefault("$defs", {})
     step = defs["StepSpec"]

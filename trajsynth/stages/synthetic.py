@@ -10,9 +10,9 @@ from an offset makes exactly the rows it would have made.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 
-import numpy as np
 from pydantic import Field
 
 from ..core.batch import to_batch
@@ -80,17 +80,17 @@ def _tools_json(domain: str) -> list[dict]:
 _TOOLS_JSON = {d: _tools_json(d) for d in _TOOLS}
 
 
-def _value(rng: np.random.Generator, kind: str) -> object:
+def _value(rng: random.Random, kind: str) -> object:
     if kind == "number":
-        return round(float(rng.uniform(1, 1000)), 2)
+        return round(rng.uniform(1, 1000), 2)
     if kind == "integer":
-        return int(rng.integers(1, 15))
-    pick = rng.integers(0, 3)
+        return rng.randint(1, 14)
+    pick = rng.randrange(3)
     if pick == 0:
-        return str(rng.choice(_CITIES))
+        return rng.choice(_CITIES)
     if pick == 1:
-        return f"{rng.choice(['FL', 'OR', 'IT', 'U'])}{int(rng.integers(100, 99999))}"
-    return f"/home/{rng.choice(_NAMES).lower()}/{int(rng.integers(0, 500))}.txt"
+        return f"{rng.choice(['FL', 'OR', 'IT', 'U'])}{rng.randint(100, 99998)}"
+    return f"/home/{rng.choice(_NAMES).lower()}/{rng.randrange(500)}.txt"
 
 
 def synthetic_row(
@@ -106,19 +106,19 @@ def synthetic_row(
     With probability ``duplicate_rate`` the row re-draws the content of an earlier row (a
     planted duplicate with a new id), so dedup has something real to find.
     """
-    rng = np.random.default_rng(seed_from("synthetic", seed, i))
+    rng = random.Random(seed_from("synthetic", seed, i))
     content_index = i
     if i > 0 and rng.random() < duplicate_rate:
-        content_index = int(rng.integers(0, i))
-    crng = np.random.default_rng(seed_from("synthetic-content", seed, content_index))
-    domain = str(crng.choice(list(_TOOLS)))
+        content_index = rng.randrange(i)
+    crng = random.Random(seed_from("synthetic-content", seed, content_index))
+    domain = crng.choice(list(_TOOLS))
     tools = _TOOLS[domain]
-    n_calls = int(crng.integers(1, 9))
+    n_calls = crng.randint(1, 8)
     messages = [Message(role="system", content="You are a helpful assistant with tools.")]
     calls_desc = []
     steps = []
     for k in range(n_calls):
-        name, params = tools[int(crng.integers(0, len(tools)))]
+        name, params = crng.choice(tools)
         args = {p: _value(crng, t) for p, t in params.items()}
         steps.append((name, args))
         calls_desc.append(f"{name.replace('_', ' ')} for {next(iter(args.values()))}")
@@ -145,13 +145,7 @@ def synthetic_row(
     success = bool(rng.random() < success_rate)
     messages.append(Message(role="assistant", content="Done." if success else "I could not."))
     caps = sorted(
-        {
-            _CAPS[0] if n_calls == 1 else _CAPS[1],
-            *(
-                str(c)
-                for c in crng.choice(_CAPS[2:-1], size=int(crng.integers(0, 3)), replace=False)
-            ),
-        }
+        {_CAPS[0] if n_calls == 1 else _CAPS[1], *crng.sample(_CAPS[2:-1], crng.randrange(3))}
         | ({"long_horizon"} if n_calls >= 5 else set())
     )
     task_id = stable_id("synthetic-task", seed, content_index)

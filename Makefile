@@ -1,0 +1,63 @@
+# trajsynth — the two commands a newcomer needs are `make demo` and `make test`.
+#
+# Install: a virtualenv in .venv with torch installed first, so the requirement in
+# pyproject.toml (torch>=2.4) is already met and pip never pulls a different build.
+# `TORCH=torch==2.13.0` takes the CPU wheel on a machine whose pip has it locally (like our
+# dev boxes and CI) and the CUDA wheel from PyPI on a GPU machine; any other build:
+#   make install TORCH="torch --index-url https://download.pytorch.org/whl/cu128"
+
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+EXTRAS ?= all,dev
+BIN    := $(VENV)/bin
+TS     := $(BIN)/trajsynth
+
+.PHONY: install demo test lint format bench schemas clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+## the main job, offline: a seeded simulated teacher and a tiny student, no key, no network
+demo: install
+	$(TS) run pipelines/tiny.yaml --out runs/demo
+
+## the test suite (what CI runs, through .ci/run)
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check trajsynth tests bench
+	$(BIN)/ruff format --check trajsynth tests bench
+	$(TS) schema --check
+
+format: install
+	$(BIN)/ruff format trajsynth tests bench
+	$(BIN)/ruff check --fix trajsynth tests bench
+
+## regenerate schemas/*.json from the code (a test fails when they are stale)
+schemas: install
+	$(TS) schema --write
+
+## benchmarks: each prints a table and, last, one JSON line
+bench: install
+	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# --- data targets: one stage per target, chained by dependency, as users do -------------------
+data/raw: | install
+	$(TS) stage synthetic --out $@ --set rows=5000 --set duplicate_rate=0.1 -q
+
+data/split: data/raw
+	$(TS) stage split --in $< --out $@ --set eval_fraction=0.1 -q
+
+data/sampled: data/split
+	$(TS) stage sample --in $< --out $@ --set n=1000
+
+clean:
+	rm -rf runs/ data/raw data/split data/sampled .pytest_cache

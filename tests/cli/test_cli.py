@@ -1,0 +1,133 @@
+"""The CLI end to end, as a user runs it (subprocesses): errors are one message and a
+non-zero exit, never a traceback; run/stage/stats/show/export work on real shards.
+
+Run: python -m pytest tests/cli -q
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+PY = [sys.executable, "-m", "trajsynth"]
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PY, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+RAW = {"id": "raw", "uses": "synthetic", "with": {"rows": 50}}
+
+
+@pytest.mark.parametrize(
+    "second, needle",
+    [
+        (
+            {"id": "pick", "uses": "no_such_stage", "from": "raw"},
+            "stage 'pick': uses: unknown stage",
+        ),
+        (
+            {"id": "pick", "uses": "sample", "from": "raw", "with": {"n": 1, "bogus": 1}},
+            "stage 'pick': with.bogus: unknown field",
+        ),
+        (
+            {"id": "pick", "uses": "split", "from": "pick"},
+            "stage 'pick': from: stages form a cycle",
+        ),
+    ],
+)
+def test_bad_pipelines_fail_cleanly(tmp_path: Path, second: dict, needle: str) -> None:
+    pipe = write(tmp_path / "p.yaml", {"name": "bad", "stages": [RAW, second]})
+    for command in ("validate", "run"):
+        res = cli(command, str(pipe), *(["--out", str(tmp_path / "r")] if command == "run" else []))
+        assert res.returncode == 2, res.stderr
+        assert needle in res.stderr
+        assert "Traceback" not in res.stderr + res.stdout
+
+
+def test_user_errors_on_data_commands(tmp_path: Path) -> None:
+    res = cli("stats", str(tmp_path / "missing"))
+    assert res.returncode == 2 and "does not exist" in res.stderr
+    (tmp_path / "junk.parquet").write_bytes(b"junk")
+    res = cli("show", str(tmp_path / "junk.parquet"))
+    assert res.returncode == 2 and "junk.parquet" in res.stderr and "Traceback" not in res.stderr
+    res = cli(
+        "stage",
+        "sample",
+        "--in",
+        str(tmp_path / "missing"),
+        "--out",
+        str(tmp_path / "o"),
+        "--set",
+        "n=3",
+    )
+    assert res.returncode == 2 and "does not exist" in res.stderr
+
+
+def test_run_stats_show_export(tmp_path: Path) -> None:
+    pipe = write(
+        tmp_path / "p.yaml",
+        {
+            "name": "ok",
+            "defaults": {"seed": 5, "shard_rows": 20},
+            "stages": [RAW, {"id": "pick", "uses": "sample", "from": "raw", "with": {"n": 12}}],
+        },
+    )
+    run_dir = tmp_path / "run"
+    res = cli("run", str(pipe), "--out", str(run_dir))
+    assert res.returncode == 0, res.stderr
+    assert "raw (synthetic): 0 → 50 rows" in res.stderr
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["stages"]["pick"]["outputs"]["main"]["shards"][0]["rows"] == 12
+
+    res = cli("stats", str(run_dir / "raw"), "--json")
+    stats = json.loads(res.stdout)
+    assert stats["rows"] == 50 and stats["by_method"][0]["value"] == "synthetic"
+    assert 0 <= stats["success_rate"] <= 1
+
+    res = cli("show", str(run_dir / "pick"), "--index", "2")
+    assert res.returncode == 0 and "goal:" in res.stdout and "assistant" in res.stdout
+
+    res = cli("export", str(run_dir / "pick"), "--format", "trl", "--out", str(tmp_path / "trl"))
+    assert res.returncode == 0, res.stderr
+    lines = (tmp_path / "trl" / "train.jsonl").read_text().splitlines()
+    assert len(lines) == 12 and set(json.loads(lines[0])) == {"id", "messages", "tools"}
+
+
+def test_stage_command_and_makefile_style_chaining(tmp_path: Path) -> None:
+    raw, picked = tmp_path / "raw", tmp_path / "picked"
+    assert cli("stage", "synthetic", "--out", str(raw), "--set", "rows=30", "-q").returncode == 0
+    res = cli("stage", "sample", "--in", str(raw), "--out", str(picked), "--set", "n=7")
+    assert res.returncode == 0, res.stderr
+    assert "7 rows" in res.stdout
+    assert (picked / "manifest.json").exists() and len(list(picked.glob("part-*.parquet"))) == 1
+    res = cli(
+        "stage",
+        "split",
+        "--in",
+        str(raw),
+        "--out",
+        str(tmp_path / "sp"),
+        "--set",
+        "eval_fraction=0.5",
+        "-q",
+    )
+    assert res.returncode == 0, res.stderr
+    assert list((tmp_path / "sp" / "eval").glob("part-*.parquet"))
+
+
+def test_stages_lists_configs() -> None:
+    res = cli("stages", "--json")
+    info = json.loads(res.stdout)
+    assert {"sample", "concat", "split", "synthetic"} <= set(info)
+    assert "n" in info["sample"]["config"] and info["split"]["outputs"] == ["train", "eval"]
