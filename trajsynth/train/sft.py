@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,15 +37,15 @@ from ..core.config import StrictModel
 from ..core.errors import ConfigError, DataError
 from ..core.ids import stable_hash
 from ..core.schema import Trajectory
+from . import checkpoint
 from .data import IGNORE_INDEX, Batch, DataStats, batches, tokenize_rows
 from .modeling import autocast, load_student, resolve_device, resolve_dtype, selected_logprobs
 from .progress import NullProgress, Progress
-from .tiny import TinyConfig, new_student, save_tokenizer
+from .tiny import TinyConfig, new_student
 
 __all__ = ["SFTConfig", "SFTResult", "masked_nll", "train_sft"]
 
 STATE_FILE = "trajsynth_sft.json"
-CHECKPOINT = "checkpoint"
 
 
 class SFTConfig(StrictModel):
@@ -145,38 +144,6 @@ def _data_fingerprint(rows: Sequence[Trajectory]) -> str:
     return stable_hash([r.id for r in rows])
 
 
-def _save_checkpoint(out: Path, model: Any, tokenizer: Any, optimizer: Any, state: dict) -> None:
-    import torch
-
-    tmp = out / (CHECKPOINT + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    save_tokenizer(tokenizer, tmp)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    (tmp / "state.json").write_text(json.dumps(state, indent=2))
-    final = out / CHECKPOINT
-    old = out / (CHECKPOINT + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _load_resume(out: Path, cfg: SFTConfig, data_fp: str) -> dict[str, Any] | None:
-    ckpt = out / CHECKPOINT
-    if not cfg.resume or not (ckpt / "state.json").is_file():
-        return None
-    state = json.loads((ckpt / "state.json").read_text())
-    if state.get("config") != cfg.identity() or state.get("data") != data_fp:
-        raise ConfigError(
-            f"{ckpt} was written by a run with other settings or data",
-            hint="run with the same options to resume, pass --no-resume, or use another --out",
-        )
-    return state
-
-
 def train_sft(
     rows: Sequence[Trajectory],
     out: str | Path,
@@ -196,11 +163,11 @@ def train_sft(
     if not rows:
         raise DataError("no trajectories to train on")
     data_fp = _data_fingerprint(rows)
-    resume = _load_resume(out, cfg, data_fp)
+    resume = checkpoint.load_state(out, cfg.identity(), data_fp, resume=cfg.resume)
 
     # 1) the student
     if resume is not None:
-        model, tokenizer = load_student(out / CHECKPOINT, device)
+        model, tokenizer = load_student(out / checkpoint.CHECKPOINT, device)
     elif cfg.model == "tiny":
         model, tokenizer = new_student(rows, cfg.tiny.model_copy(update={"seed": cfg.seed}))
         model.to(device)
@@ -243,9 +210,7 @@ def train_sft(
     )
     step = 0
     if resume is not None:
-        optimizer.load_state_dict(
-            torch.load(out / CHECKPOINT / "optimizer.pt", map_location=device, weights_only=True)
-        )
+        checkpoint.load_optimizer(out, optimizer, device)
         step = int(resume["step"])
         progress.note(f"resuming from step {step} of {total_steps}")
 
@@ -306,7 +271,7 @@ def train_sft(
         if step < total_steps and (
             (cfg.save_every and step % cfg.save_every == 0) or (not cfg.save_every and at_epoch_end)
         ):
-            _save_checkpoint(
+            checkpoint.save_checkpoint(
                 out,
                 model,
                 tokenizer,
@@ -318,11 +283,7 @@ def train_sft(
 
     # 6) the final model folder
     model.eval()
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    save_tokenizer(tokenizer, out)
-    if getattr(model, "generation_config", None) is not None:
-        model.generation_config.save_pretrained(out)
+    checkpoint.save_model(out, model, tokenizer)
     result = SFTResult(
         out=str(out),
         steps=step,
@@ -343,7 +304,7 @@ def train_sft(
     (out / STATE_FILE).write_text(
         json.dumps({"config": cfg.model_dump(mode="json"), "result": result.model_dump()}, indent=2)
     )
-    shutil.rmtree(out / CHECKPOINT, ignore_errors=True)
+    checkpoint.finish(out)
     return result
 
 

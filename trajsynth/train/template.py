@@ -23,7 +23,7 @@ tool results as ``<tool_response>`` blocks inside one user turn), which is what 
 
 The template is prefix-preserving: rendering the first k messages gives a prefix of rendering
 k+1 (TRL checks this; GRPO's token-in/token-out rollouts rely on it, see
-:func:`continuation_text`).
+:func:`continuation_ids`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ __all__ = [
     "PAD",
     "SPECIAL_TOKENS",
     "chat_template",
-    "continuation_text",
+    "continuation_ids",
     "hf_messages",
     "row_messages",
 ]
@@ -209,23 +209,25 @@ def row_messages(row: Trajectory, *, reasoning: bool = True) -> list[dict[str, A
     return [{"role": "user", "content": row.goal}]
 
 
-def continuation_text(
+def continuation_ids(
     tokenizer: Any,
     history: list[dict[str, Any]],
     new: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
-) -> str:
-    """The text that follows an assistant turn's closing ``<|im_end|>`` when ``new`` messages
-    (tool results, a user turn) come after ``history`` (which ends with that assistant turn),
-    up to and including the next generation prompt.
+) -> list[int]:
+    """The token ids that follow an assistant turn's closing end-of-turn token when ``new``
+    messages (tool results, a user turn) come after ``history`` (which ends with that
+    assistant turn), up to and including the next generation prompt.
 
-    GRPO rollouts append the tokens of this text to the generated ids (never re-tokenizing
-    what the model wrote). It relies on the template being prefix-preserving, checked here.
+    GRPO rollouts append these ids to the ids the model generated, so what the model wrote is
+    never re-tokenized. Both renderings are tokenized the way SFT tokenizes them
+    (``apply_chat_template``), and the template must be prefix-preserving (checked here).
     """
-    before = tokenizer.apply_chat_template(history, tools=tools or None, tokenize=False)
-    after = tokenizer.apply_chat_template(
-        history + new, tools=tools or None, tokenize=False, add_generation_prompt=True
-    )
-    if not after.startswith(before) or not before.endswith(EOS + "\n"):
+    kwargs: dict[str, Any] = {"tools": tools or None, "tokenize": True, "return_dict": False}
+    before = list(tokenizer.apply_chat_template(history, **kwargs))
+    after = list(tokenizer.apply_chat_template(history + new, add_generation_prompt=True, **kwargs))
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    ends = [i for i, t in enumerate(before) if t == eos]
+    if after[: len(before)] != before or not ends:
         raise ValueError("the chat template is not prefix-preserving after an assistant turn")
-    return after[len(before) - 1 :]
+    return after[ends[-1] + 1 :]

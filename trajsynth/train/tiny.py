@@ -118,12 +118,13 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, template: str) -> Any
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
     # the trainer does not split on added tokens itself: cut them out so no merges are spent
-    # on their pieces
+    # on their pieces; each distinct piece counts once (a tool list repeated in every row
+    # would otherwise dominate the counts, and training time)
     cut = re.compile("|".join(re.escape(t) for t in [*SPECIAL_TOKENS, *ADDED_TOKENS]))
+    unique = dict.fromkeys(p for text in texts for p in cut.split(text) if p)
 
     def pieces() -> Iterable[str]:
-        for text in texts:
-            yield from (p for p in cut.split(text) if p)
+        yield from unique
 
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
