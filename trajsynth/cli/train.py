@@ -28,12 +28,27 @@ SetOption = Annotated[
 
 
 def _require_train_extra() -> None:
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError:
-        err_console.print(INSTALL_LINE)
-        raise typer.Exit(1) from None
+    """One install line and exit 1 when torch or transformers cannot be imported (checked
+    without importing them, so a user error is still reported fast)."""
+    import importlib.util
+
+    for name in ("torch", "transformers"):
+        try:
+            missing = name in sys.modules and sys.modules[name] is None
+            missing = missing or importlib.util.find_spec(name) is None
+        except (ImportError, ValueError):
+            missing = True
+        if missing:
+            err_console.print(INSTALL_LINE, markup=False, highlight=False)
+            raise SystemExit(1)
+
+
+def _model_folder(model: str | Path) -> None:
+    if model != "tiny" and not (Path(model) / "config.json").is_file():
+        raise ConfigError(
+            f"{model} is not a model folder (no config.json)",
+            hint="pass --model tiny, or a folder written by `trajsynth train-sft`",
+        )
 
 
 def _settings(values: dict[str, Any], sets: list[str] | None) -> dict[str, Any]:
@@ -163,6 +178,7 @@ def train_sft_command(
         resume=resume,
     )
     cfg = _config(SFTConfig, _settings(values, set_))
+    _model_folder(cfg.model)
     rows = _records(data, "data")
     progress = RichProgress(("loss", "lr", "tokens_per_s", "epoch"), quiet=quiet or as_json)
     result = train_sft(rows, out, cfg, progress=progress)
@@ -233,6 +249,7 @@ def train_grpo_command(
     if temperature is not None:
         settings.setdefault("rollout", {})["temperature"] = temperature
     cfg = _config(GRPOConfig, settings)
+    _model_folder(cfg.model)
     assert tasks is not None
     rows = _records(tasks, "tasks")
     progress = RichProgress(
@@ -285,6 +302,7 @@ def eval_command(
     cfg = RolloutConfig(temperature=temperature, max_steps=max_steps, max_new_tokens=max_new_tokens)
     if model is not None:
         _require_train_extra()
+        _model_folder(model)
         from ..train.modeling import load_student, resolve_device
         from ..train.rollout import LocalPolicy
 

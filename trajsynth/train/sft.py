@@ -43,7 +43,7 @@ from .modeling import autocast, load_student, resolve_device, resolve_dtype, sel
 from .progress import NullProgress, Progress
 from .tiny import TinyConfig, new_student
 
-__all__ = ["SFTConfig", "SFTResult", "masked_nll", "train_sft"]
+__all__ = ["SFTConfig", "SFTResult", "accumulate_gradients", "masked_nll", "train_sft"]
 
 STATE_FILE = "trajsynth_sft.json"
 
@@ -126,6 +126,23 @@ def masked_nll(model: Any, batch: Batch, device: str, precision: str) -> tuple[A
     with autocast(device, precision):
         logp = selected_logprobs(model, ids, pos, labels != IGNORE_INDEX)  # (N,)
     return -logp.sum(), int(logp.numel())
+
+
+def accumulate_gradients(
+    model: Any, micro: Sequence[Batch], device: str, precision: str
+) -> tuple[float, int]:
+    """Step 3: backward over the micro-batches of one optimizer step, each loss divided by
+    the whole step's token count (so the split into micro-batches does not change the
+    gradient). Returns (summed loss, labelled tokens)."""
+    n_step = sum(b.loss_tokens for b in micro)  # labelled tokens of the whole step
+    total = 0.0
+    for b in micro:
+        nll, n = masked_nll(model, b, device, precision)
+        if n == 0:
+            continue
+        (nll / n_step).backward()
+        total += float(nll.detach())
+    return total, n_step
 
 
 def _lr_at(step: int, total: int, cfg: SFTConfig) -> float:
@@ -235,17 +252,9 @@ def train_sft(
         for group in optimizer.param_groups:
             group["lr"] = lr
         micro = [micro_batch(step * cfg.grad_accum + k) for k in range(cfg.grad_accum)]
-        n_step = sum(b.loss_tokens for b in micro)  # labelled tokens of the whole step
-        step_loss = 0.0
-        for b in micro:
-            nll, n = masked_nll(model, b, device, precision)
-            if n == 0:
-                continue
-            # 3) normalise by the step's token count, not the micro-batch's
-            (nll / n_step).backward()
-            step_loss += float(nll.detach())
-            tokens += b.real_tokens
-            fed += b.shape[0] * b.shape[1]
+        step_loss, n_step = accumulate_gradients(model, micro, device, precision)
+        tokens += sum(b.real_tokens for b in micro)
+        fed += sum(b.shape[0] * b.shape[1] for b in micro)
         loss_tokens += n_step
         # 4) clip, step
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
