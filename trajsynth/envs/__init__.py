@@ -1,0 +1,1 @@
+"""Tool environments: specs and importers, executable domains, verifiers, sandboxes."""
