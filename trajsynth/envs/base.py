@@ -217,12 +217,15 @@ class Environment(ABC):
         """Run one call; every failure comes back as an error result (rule 2)."""
         return self._execute(call)
 
-    def call(self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any) -> ToolResult:
-        """Run one call by name (task synthesis threads outputs into later inputs this way)."""
+    def call(
+        self, tool: str, arguments: dict[str, Any] | None = None, /, **kwargs: Any
+    ) -> ToolResult:
+        """Run one call by tool name, with ``arguments`` and/or keyword arguments (task
+        synthesis threads outputs into later inputs this way)."""
         args = {**(arguments or {}), **kwargs}
-        call_id = "call_" + stable_id(name, args, self.steps)[:12]
+        call_id = "call_" + stable_id(tool, args, self.steps)[:12]
         return self.execute(
-            ToolCall(id=call_id, name=name, arguments=json.dumps(args, ensure_ascii=False))
+            ToolCall(id=call_id, name=tool, arguments=json.dumps(args, ensure_ascii=False))
         )
 
     def format_observation(self, obs: Observation | ToolResult) -> str:

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..core.errors import DataError
 from ..core.ids import canonical_json, stable_hash
-from ..core.schema import ToolCall, Trajectory
+from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GroundTruth
 from .base import Environment, EnvSnapshot, ToolResult
 from .spec import Toolset
@@ -44,6 +44,7 @@ __all__ = [
     "RecordingEnvironment",
     "ReplayEnvironment",
     "ToolRecord",
+    "paired_replies",
     "root_key",
 ]
 
@@ -76,6 +77,33 @@ def _canonical_args(arguments: str) -> str:
         return canonical_json(json.loads(arguments) if arguments.strip() else {})
     except json.JSONDecodeError:
         return arguments
+
+
+def paired_replies(messages: list[Message]) -> list[tuple[ToolCall, str | None]]:
+    """Each call with the content of the tool message that answered it.
+
+    The tool messages after an assistant message answer its calls; a reply is matched by
+    ``tool_call_id`` when that id is unique in the block, else by position (logs such as
+    tau-bench's reuse call ids)."""
+    out: list[tuple[ToolCall, str | None]] = []
+    for i, m in enumerate(messages):
+        if m.role != "assistant" or not m.tool_calls:
+            continue
+        block = []
+        for later in messages[i + 1 :]:
+            if later.role != "tool":
+                break
+            block.append(later)
+        unused = list(range(len(block)))
+        ids = [t.tool_call_id for t in block]
+        for j, call in enumerate(m.tool_calls):
+            match = next((k for k in unused if ids[k] == call.id), None)
+            if match is None or ids.count(call.id) > 1:
+                match = j if j in unused else (unused[0] if unused else None)
+            if match is not None:
+                unused.remove(match)
+            out.append((call, None if match is None else block[match].content))
+    return out
 
 
 class Recorder:
@@ -138,11 +166,9 @@ class Recorder:
         seed = gt.env_seed if gt and seed is None else (seed or 0)
         init = gt.initial_state if gt else None
         state = root_key(traj.domain, seed, init)
-        replies = {m.tool_call_id: m.content for m in traj.messages if m.role == "tool"}
         n = 0
-        for call in traj.calls():
+        for call, content in paired_replies(traj.messages):
             args = _canonical_args(call.arguments)
-            content = replies.get(call.id)
             output: Any = content
             error = None
             if isinstance(content, str):

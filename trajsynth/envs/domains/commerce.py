@@ -14,7 +14,7 @@ that is in stock (``invalid_value`` / ``unavailable``); refunds go to the origin
 a gift card of the customer; unknown users, orders, items and payment methods are
 ``not_found``.
 
-Data flow: find_user_by_email / find_user_by_name_zip → user_id → get_user → order_ids,
+Data flow: find_user_by_email / find_user_by_name_zip → user_id → get_customer → order_ids,
 payment_id → get_order → items[].item_id, product_id → get_product → variants[].item_id →
 exchange_items.new_item_ids; search_products → product_id.
 """
@@ -179,7 +179,7 @@ def build_state(seed: int) -> dict[str, dict]:
 
 
 class UserId(TypedDict):
-    user_id: Annotated[str, "Customer id, e.g. 'u_sara_lee'; pass it to get_user."]
+    user_id: Annotated[str, "Customer id, e.g. 'u_sara_lee'; pass it to get_customer."]
 
 
 class Address(TypedDict):
@@ -320,6 +320,12 @@ def _refund_target(db: State, user: dict, order: dict, payment_id: str) -> dict:
 
 
 def _credit(db: State, user: dict, payment_id: str, amount: float) -> None:
+    """Add ``amount`` to a gift card's balance (other payment methods keep no balance)."""
+    if not any(
+        pm["payment_id"] == payment_id and pm["kind"] == "gift_card"
+        for pm in user["payment_methods"]
+    ):
+        return
     methods = [
         {**pm, "balance": money(pm["balance"] + amount)}
         if pm["payment_id"] == payment_id and pm["kind"] == "gift_card"
@@ -390,7 +396,7 @@ def find_user_by_name_zip(
 
 
 @tool()
-def get_user(db: State, user_id: Annotated[str, "Customer id."]) -> Customer:
+def get_customer(db: State, user_id: Annotated[str, "Customer id."]) -> Customer:
     """Get a customer's details, payment methods and order ids."""
     u = get_or_fail(db, "users", user_id, "customer")
     orders = sorted(oid for oid, o in db.rows("orders") if o["user_id"] == user_id)
@@ -599,7 +605,7 @@ def list_categories(db: State) -> Categories:
 TOOLS = [
     find_user_by_email,
     find_user_by_name_zip,
-    get_user,
+    get_customer,
     get_order,
     get_product,
     search_products,
@@ -628,7 +634,7 @@ def authored_tasks() -> list:
                 "Hi, I'm Sara Lee, ZIP 94110. The running shoes in my delivered order are too "
                 "small; exchange them for size 11 in the same color, charge my card.",
                 call("find_user_by_name_zip", first_name="Sara", last_name="Lee", zip="94110"),
-                call("get_user", user_id=ref("c0.user_id")),
+                call("get_customer", user_id=ref("c0.user_id")),
                 call("get_order", order_id=ref("c1.order_ids[0]")),
                 call("get_product", product_id=ref("c2.items[0].product_id")),
                 call(
@@ -663,7 +669,7 @@ def authored_tasks() -> list:
                     expect_error="conflict",
                 ),
                 call("find_user_by_email", email="jon.park@shop.test"),
-                call("get_user", user_id=ref("c1.user_id")),
+                call("get_customer", user_id=ref("c1.user_id")),
                 call("cancel_order", order_id=ref("c2.order_ids[1]"), reason="ordered by mistake"),
             ),
             required_outputs=["#W1004"],
@@ -671,11 +677,11 @@ def authored_tasks() -> list:
         ),
         task(
             "commerce-return-to-gift-card",
-            ["optional_params", "dependent_calls"],
+            ["dependent_calls", "multi_call"],
             turn(
                 "Return the desk lamp from order #W1001 and put the refund on my gift card.",
                 call("get_order", order_id="#W1001"),
-                call("get_user", user_id=ref("c0.user_id")),
+                call("get_customer", user_id=ref("c0.user_id")),
                 call(
                     "return_items",
                     order_id="#W1001",

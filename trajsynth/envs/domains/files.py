@@ -81,7 +81,7 @@ class Entry(TypedDict):
 
 class Listing(TypedDict):
     path: Annotated[str, "Absolute path of the listed folder."]
-    entries: Annotated[list[Entry], "Entries, sorted by path."]
+    entries: Annotated[list[Entry], "Entries, sorted by path (or by size)."]
 
 
 class FileContent(TypedDict):
@@ -207,6 +207,7 @@ def list_directory(
     path: Annotated[str, "Folder to list (absolute or relative to the working directory)."] = ".",
     show_hidden: Annotated[bool, "Include names starting with a dot."] = False,
     recursive: Annotated[bool, "List every level below, not only direct children."] = False,
+    sort_by: Annotated[Literal["name", "size"], "Order: by path, or largest first."] = "name",
 ) -> Listing:
     """List a folder's files and subfolders."""
     full = _abs(db, path)
@@ -222,6 +223,8 @@ def list_directory(
         for n in _children(db, full, recursive)
         if show_hidden or not any(part.startswith(".") for part in n["path"].split("/"))
     ]
+    if sort_by == "size":
+        entries.sort(key=lambda e: (-e["size_bytes"], e["path"]))
     return {"path": full, "entries": entries}
 
 

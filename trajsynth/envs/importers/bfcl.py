@@ -277,14 +277,37 @@ class BfclEntry(BaseModel):
     involved_classes: list[str] = Field(default_factory=list)
     initial_config: dict[str, Any] = Field(default_factory=dict)
     missed_function: dict[str, list[str]] = Field(default_factory=dict)
+    error: str | None = Field(
+        default=None,
+        description="Why the entry's functions could not be converted (then it "
+        "has no tools and no gold: an evaluator counts it, rather than silently skip it).",
+    )
 
 
-def gold_from_possible_answer(ground_truth: list[dict[str, Any]]) -> list[GoldCall]:
+def _concrete(value: Any) -> Any:
+    """An acceptable dict holds lists of alternatives per key: take the first real one."""
+    if isinstance(value, dict):
+        out = {}
+        for k, alts in value.items():
+            options = [a for a in alts if a != ""] if isinstance(alts, list) else [alts]
+            if options:
+                out[k] = _concrete(options[0])
+        return out
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return [_concrete(v) for v in value]
+    return value
+
+
+def gold_from_possible_answer(
+    ground_truth: list[dict[str, Any]], tools: Toolset | None = None
+) -> list[GoldCall]:
     """A single-turn possible answer → gold calls (FORMATS.md §2 step 5).
 
     ``arguments`` takes, per parameter, the first alternative that is not ``""`` (a parameter
-    whose only alternative is ``""`` is left out); ``acceptable`` keeps every alternative, so
-    the call matcher applies BFCL's semantics.
+    whose only alternative is ``""`` is left out; with ``tools``, so is an optional parameter
+    the function's doc does not declare, which a few answers list, e.g. parallel_multiple_12's
+    ``permeability``); ``acceptable`` keeps every alternative, so the call matcher applies
+    BFCL's semantics.
 
     >>> g = gold_from_possible_answer([{"math.hypot": {"x": [4], "y": [5], "z": ["", 0]}}])
     >>> g[0].name, g[0].arguments, g[0].acceptable["z"]
@@ -295,11 +318,13 @@ def gold_from_possible_answer(ground_truth: list[dict[str, Any]]) -> list[GoldCa
         if not isinstance(item, dict) or len(item) != 1:
             raise SpecError(f"a possible answer must map one function to its parameters: {item!r}")
         ((fname, params),) = item.items()
+        spec = tools.get(fname.replace(".", "_")) if tools is not None else None
         args = {}
         for pname, alts in params.items():
             chosen = [a for a in alts if a != ""]
-            if chosen:
-                args[pname] = chosen[0]
+            undeclared = spec is not None and pname not in spec.properties()
+            if chosen and not (undeclared and "" in alts):
+                args[pname] = _concrete(chosen[0])
         calls.append(
             GoldCall(name=fname.replace(".", "_"), arguments=args, acceptable=dict(params))
         )
@@ -359,8 +384,9 @@ def _answers(file: Path, answers: Path | None) -> dict[str, Any]:
 
 def read_entries(path: str | Path, *, answers: str | Path | None = None) -> Iterator[BfclEntry]:
     """Every entry of one BFCL question file, with its tools and (when there is a
-    ``possible_answer`` file beside it) its gold calls. Raises :class:`SpecError` on an entry
-    that cannot be converted (this is for evaluation, where a silent skip would bias scores).
+    ``possible_answer`` file beside it) its gold calls. An entry whose functions cannot be
+    converted is still yielded, with ``error`` set (for evaluation, a silent skip would bias
+    scores); a line that is not JSON raises :class:`SpecError`.
     """
     file = require_path(path)
     category = file.stem.removeprefix("BFCL_v4_").removeprefix("BFCL_v3_")
@@ -385,14 +411,16 @@ def read_entries(path: str | Path, *, answers: str | Path | None = None) -> Iter
                         doc_cache[cls] = [convert_function(d, source=loc) for loc, d in docs]
                     specs += doc_cache[cls]
         except ConversionError as exc:
-            raise SpecError(f"{file.name} entry {rid}: {exc}") from exc
+            yield BfclEntry(id=rid, category=category, language=language,
+                            turns=record.get("question") or [], error=str(exc))  # fmt: skip
+            continue
         tools = Toolset(name=rid, tools=list({s.name: s for s in specs}.values()), format="bfcl")
         raw_gold = gold_by_id.get(rid)
         gold: list[list[GoldCall]] | None = None
         if raw_gold is not None and category.startswith("multi_turn"):
             gold = [[parse_call_string(c, tools) for c in turn] for turn in raw_gold]
         elif raw_gold is not None and raw_gold and isinstance(raw_gold[0], dict):
-            gold = [gold_from_possible_answer(raw_gold)]
+            gold = [gold_from_possible_answer(raw_gold, tools)]
         yield BfclEntry(
             id=rid,
             category=category,

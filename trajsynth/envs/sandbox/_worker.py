@@ -246,11 +246,12 @@ def send(fd, obj):
 
 class Worker:
     def __init__(self, mode, scratch, ctl_in, ctl_out, exec_uid):
+        """``exec_uid``: the uid runs switch to (real root only), else None."""
         self.mode = mode
         self.scratch = scratch
         self.ctl_in, self.ctl_out = ctl_in, ctl_out
-        self.root = os.geteuid() == 0
-        self.exec_uid = exec_uid if self.root else None
+        self.root = exec_uid is not None
+        self.exec_uid = exec_uid
         self.pid1 = os.getpid() == 1
         self.runs = 0
         self.run_dir = None
@@ -508,8 +509,8 @@ class Worker:
             and duration >= float(limits.get("cpu_seconds", 10)) * 0.9
         ) or sig == signal.SIGXCPU:
             killed_by = "cpu"
-        elif sig == signal.SIGXFSZ:
-            killed_by = "file_size"
+        elif sig == signal.SIGXFSZ or "[Errno 27] File too large" in stderr[-2000:]:
+            killed_by = "file_size"  # Python ignores SIGXFSZ: the write raises EFBIG instead
         elif exit_code == MEMORY_EXIT and "MemoryError" in stderr[-2000:]:
             killed_by = "memory"
         elif sig is not None:
@@ -582,8 +583,11 @@ class Worker:
 
 def run_worker(mode, scratch, config, ctl_in, ctl_out):
     """Set up one worker (steps 1-3) on the control descriptors and serve until EOF."""
-    exec_uid = UID_BASE + os.getpid() % 100_000_000
-    info = {"isolation": mode, "uid": exec_uid if os.geteuid() == 0 else None, "pid": os.getpid()}
+    real_root = os.geteuid() == 0  # decided before a user namespace makes everyone uid 0
+    exec_uid = None
+    if real_root:  # unique while this worker lives: our host pid (or the manager's choice)
+        exec_uid = int(config.get("uid") or UID_BASE + os.getpid() % 100_000_000)
+    info = {"isolation": mode, "uid": exec_uid, "pid": os.getpid()}
     try:
         if mode == "namespace":
             setup_namespace(scratch, int(config.get("tmpfs_mb", 64)))  # 1-2

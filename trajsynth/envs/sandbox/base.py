@@ -53,6 +53,11 @@ class SandboxConfig(StrictModel):
     site_packages: bool = Field(
         False, description="Let sandboxed Python import installed packages (slower start)."
     )
+    python: str | None = Field(
+        None,
+        description="Interpreter (3.9+) that runs the workers and the sandboxed code; default: "
+        "the one running trajsynth.",
+    )
     image: str = Field("python:3.11-slim", description="Docker image (kind=docker).")
 
 

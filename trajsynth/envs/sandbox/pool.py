@@ -63,8 +63,11 @@ RLIMIT_PRELOAD = (
 
 def worker_command(kind: str, scratch: str, config: SandboxConfig) -> list[str]:
     """Step 1: the command that starts one worker."""
-    python = [sys.executable, "-I"] + ([] if config.site_packages else ["-S"])
-    args = [str(WORKER_PATH), kind, scratch, json.dumps(worker_settings(kind, config))]
+    python = [config.python or sys.executable, "-I"] + ([] if config.site_packages else ["-S"])
+    settings = worker_settings(kind, config)
+    if kind == "bwrap":  # inside, the worker is PID 1: derive its runs' uid from the scratch
+        settings["uid"] = _worker.UID_BASE + os.stat(scratch).st_ino % 100_000_000
+    args = [str(WORKER_PATH), kind, scratch, json.dumps(settings)]
     if kind != "bwrap":
         return [*python, *args]
     bwrap = shutil.which("bwrap") or "bwrap"
@@ -75,19 +78,28 @@ def worker_command(kind: str, scratch: str, config: SandboxConfig) -> list[str]:
         "--proc", "/proc",
         "--tmpfs", "/tmp",
         "--size", str(config.tmpfs_mb << 20), "--tmpfs", scratch,
-        "--unshare-all",
+        "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+        "--unshare-cgroup-try",
         "--die-with-parent",
         "--as-pid-1",
         "--new-session",
         "--clearenv",
         "--setenv", "PATH", _CLEAN_ENV["PATH"],
     ]  # fmt: skip
-    if os.geteuid() == 0:
-        cmd += ["--cap-add", "ALL"]  # keep root inside, so each run can get a uid of its own
-    paths = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    if os.geteuid() == 0:  # stay real root inside (no user namespace), so runs get own uids
+        cmd += ["--cap-add", "ALL"]
+    else:
+        cmd += ["--unshare-user"]
+    if config.python:  # another interpreter: expose its installation prefix
+        paths = [os.path.dirname(os.path.dirname(os.path.realpath(config.python)))]
+    else:
+        paths = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
     for anc, inner in sorted(_worker.hidden_ancestors(paths).items()):
-        cmd += ["--tmpfs", anc]
+        cmd += ["--perms", "0755", "--tmpfs", anc]
         for p in inner:
+            parts = p[len(anc) :].strip("/").split("/")
+            for depth in range(1, len(parts)):  # bwrap would make these 0700
+                cmd += ["--perms", "0755", "--dir", anc + "/" + "/".join(parts[:depth])]
             cmd += ["--ro-bind", p, p]
     return [*cmd, "--", *python, *args]
 
@@ -128,7 +140,8 @@ class Zygote:
     def __init__(self, config: SandboxConfig) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         settings = {"preload": ["warnings"]}
-        cmd = [sys.executable, "-I", "-S", str(WORKER_PATH), "zygote", json.dumps(settings)]
+        python = config.python or sys.executable
+        cmd = [python, "-I", "-S", str(WORKER_PATH), "zygote", json.dumps(settings)]
         if config.site_packages:
             cmd.remove("-S")
         try:
@@ -223,7 +236,9 @@ class Worker:
             hello = _recv(self.out_fd, time.monotonic() + _HANDSHAKE_S)
         except TimeoutError:
             hello = {"ready": False, "error": "no handshake within 10 s"}
-        self.pid = int((hello or {}).get("pid") or (self.proc.pid if self.proc else 0))
+        # the host pid: of the process we started, or (from the zygote) the pid the worker
+        # reported before entering its namespaces; never a pid from inside a namespace
+        self.pid = self.proc.pid if self.proc is not None else int((hello or {}).get("pid") or 0)
         if not hello or not hello.get("ready"):
             self.kill()
             why = (hello or {}).get("error") or "the worker exited during set-up"
@@ -258,7 +273,7 @@ class Worker:
         return True
 
     def kill(self) -> None:
-        if self.pid:
+        if self.pid > 1 and self.pid != os.getpgrp():  # the worker leads its own session
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
         self._dead = True

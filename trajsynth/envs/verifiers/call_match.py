@@ -24,9 +24,10 @@ the "multiple" checker (exactly one call, checked against the gold's doc), and
 :func:`bfcl_check` dispatches on the category name like BFCL does, including the
 relevance categories.
 
-Deviation: Java/JavaScript values must be strings (step 4) and are compared as standardized
-strings; BFCL's ``java_type_converter``/``js_type_converter`` parse them into typed values
-first, so a few literal spellings BFCL accepts (``1L`` vs ``1``) count as different here.
+Deviation: for Java/JavaScript, BFCL first parses the model's Java/JS literal strings with
+``java_type_converter``/``js_type_converter``; here a value must instead have the type of the
+gold alternatives (mostly strings holding literals, sometimes lists) and is compared as in
+step 5, so a few literal spellings BFCL accepts (``1L`` vs ``1``) count as different.
 
 LoopTool (arXiv:2511.09148) rewards a step 1 when the predicted calls equal the gold calls as
 a multiset of (name, arguments) and 0 otherwise: :func:`exact_multiset_reward`.
@@ -224,9 +225,9 @@ def match_call(
         # 4) type
         doc_type = (props.get(pname) or {}).get("type")
         expected = _PY_TYPES.get(doc_type) if isinstance(doc_type, str) else None
-        if language in ("java", "javascript"):
-            expected = str
         gold_type = _type_of_alternatives(alts)
+        if language in ("java", "javascript"):
+            expected = gold_type or str  # see the deviation in the module docstring
         if expected is None:
             expected = gold_type
         elif (
@@ -242,7 +243,7 @@ def match_call(
             )
         if expected is float and type(value) is int:
             value = float(value)
-        if expected is list and isinstance(value, list):
+        if expected is list and isinstance(value, list) and language == "python":
             items = (props.get(pname) or {}).get("items") or {}
             item_type = _PY_TYPES.get(items.get("type")) if isinstance(items, dict) else None
             if item_type is not None and not all(_type_ok(v, item_type) for v in value):
