@@ -311,7 +311,7 @@ def gold_from_possible_answer(
 
     >>> g = gold_from_possible_answer([{"math.hypot": {"x": [4], "y": [5], "z": ["", 0]}}])
     >>> g[0].name, g[0].arguments, g[0].acceptable["z"]
-    ('math_hypot', {'x': 4, 'y': 5}, ['', 0])
+    ('math_hypot', {'x': 4, 'y': 5, 'z': 0}, ['', 0])
     """
     calls = []
     for item in ground_truth:
