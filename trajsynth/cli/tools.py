@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -18,6 +18,9 @@ from rich.table import Table
 from ..core.errors import UserError
 from . import app
 from ._common import console
+
+if TYPE_CHECKING:  # the envs layer is imported inside the commands (fast `trajsynth --help`)
+    from ..envs.spec import Toolset, ToolSpec
 
 tools_app = typer.Typer(
     name="tools",
@@ -30,7 +33,7 @@ app.add_typer(tools_app, name="tools")
 _FAILURES_SHOWN = 20
 
 
-def _load(target: str):  # noqa: ANN202 - a Toolset; imported lazily
+def _load(target: str) -> Toolset:
     from ..envs.domains import BUILTIN_DOMAINS
     from ..envs.spec import Toolset
 
@@ -45,7 +48,7 @@ def _load(target: str):  # noqa: ANN202 - a Toolset; imported lazily
     )
 
 
-def _signature(tool) -> str:  # noqa: ANN001
+def _signature(tool: ToolSpec) -> str:
     req = set(tool.required())
     return ", ".join(p if p in req else f"{p}?" for p in tool.properties())
 
