@@ -70,12 +70,13 @@ def _combine(sums: Mapping[str, int]) -> str:
 class State:
     """Live, copy-on-write tables of JSON records (see the module docstring)."""
 
-    __slots__ = ("_shared", "_sums", "_tables")
+    __slots__ = ("_hash", "_shared", "_sums", "_tables")
 
     def __init__(self, tables: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self._tables: dict[str, dict[str, Any]] = {}
         self._sums: dict[str, int] = {}
         self._shared: set[str] = set()
+        self._hash: str | None = None  # cached until the next write
         for name, rows in (tables or {}).items():
             self._tables[name] = {}
             self._sums[name] = 0
@@ -112,6 +113,7 @@ class State:
 
     # -- writing ----------------------------------------------------------------------------
     def _writable(self, table: str) -> dict[str, Any]:
+        self._hash = None
         rows = self._tables.get(table)
         if rows is None:
             rows = self._tables[table] = {}
@@ -157,10 +159,13 @@ class State:
         self._tables = dict(snap.tables)  # type: ignore[arg-type]
         self._sums = dict(snap.sums)
         self._shared = set(self._tables)
+        self._hash = None
 
     def hash(self) -> str:
         """Stable hash of the whole state, independent of write order."""
-        return _combine(self._sums)
+        if self._hash is None:
+            self._hash = _combine(self._sums)
+        return self._hash
 
     def to_json(self) -> dict[str, dict[str, Any]]:
         return {t: dict(self._tables[t]) for t in sorted(self._tables)}

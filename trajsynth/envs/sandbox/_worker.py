@@ -261,6 +261,7 @@ class Worker:
         the compiler's first ``compile`` (~2.5 ms), ctypes symbol lookup, environ writes,
         and imports of commonly used modules."""
         exec(compile("_ = [i * 2 for i in range(3)]", "<warm-up>", "exec"), {})
+        print("", end="", flush=True)  # sys.stdout's first write (fd 1 is /dev/null here)
         libc().prctl  # noqa: B018 - resolves the symbols
         libc().syscall  # noqa: B018
         os.environ["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")

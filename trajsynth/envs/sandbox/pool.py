@@ -61,6 +61,13 @@ RLIMIT_PRELOAD = (
 )  # fmt: skip
 
 
+def _worker_log() -> Any:
+    """Where workers' own stderr goes: ``$TRAJSYNTH_SANDBOX_LOG`` (appended) when set, for
+    debugging the sandbox itself; otherwise nowhere."""
+    path = os.environ.get("TRAJSYNTH_SANDBOX_LOG")
+    return open(path, "ab") if path else subprocess.DEVNULL
+
+
 def worker_command(kind: str, scratch: str, config: SandboxConfig) -> list[str]:
     """Step 1: the command that starts one worker."""
     python = [config.python or sys.executable, "-I"] + ([] if config.site_packages else ["-S"])
@@ -80,12 +87,13 @@ def worker_command(kind: str, scratch: str, config: SandboxConfig) -> list[str]:
         "--size", str(config.tmpfs_mb << 20), "--tmpfs", scratch,
         "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
         "--unshare-cgroup-try",
-        "--die-with-parent",
         "--as-pid-1",
         "--new-session",
         "--clearenv",
         "--setenv", "PATH", _CLEAN_ENV["PATH"],
     ]  # fmt: skip
+    # no --die-with-parent: it is tied to the *thread* that started bwrap, so a worker would
+    # die with whichever thread happened to grow the pool; a worker ends at end of input
     if os.geteuid() == 0:  # stay real root inside (no user namespace), so runs get own uids
         cmd += ["--cap-add", "ALL"]
     else:
@@ -149,7 +157,7 @@ class Zygote:
                 cmd,
                 stdin=theirs.fileno(),
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stderr=_worker_log(),
                 env=dict(_CLEAN_ENV),
                 close_fds=True,
                 start_new_session=True,
@@ -218,7 +226,7 @@ class Worker:
                     worker_command(kind, self.scratch, config),
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
+                    stderr=_worker_log(),
                     env=dict(_CLEAN_ENV),
                     close_fds=True,
                     start_new_session=True,

@@ -182,7 +182,15 @@ def _check(value: Any, schema: Any, path: str, out: list[SchemaIssue], top: bool
                 _check(item, items, f"{path}[{i}]", out, False)
 
 
+_CONSTRAINTS = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
+     "pattern", "minItems", "maxItems"}
+)  # fmt: skip
+
+
 def _constraints(value: Any, schema: dict[str, Any], path: str, out: list[SchemaIssue]) -> None:
+    if _CONSTRAINTS.isdisjoint(schema):
+        return
     problems = []
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         for key, ok in (
