@@ -318,6 +318,18 @@ def test_unprivileged_user_namespace_worker() -> None:
         "try:\\n    open('/etc/pwned', 'w')\\nexcept OSError:\\n    print('ro')\\n"
         "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])\")\n"
         "    print(sb.isolation, r.stdout.split())\n"
+        # rlimit mode as a normal user: no uid switch, so leftovers are found as descendants
+        "import time\n"
+        "def mine():\n"
+        "    return sum(1 for d in os.listdir('/proc') if d.isdigit() and "
+        "os.stat('/proc/' + d).st_uid == os.getuid())\n"
+        "with Sandbox(kind='rlimit', pool_size=1, python=python) as sb:\n"
+        "    before = mine()\n"
+        "    r = sb.run('import os, time\\nfor i in range(5):\\n    if os.fork() == 0:\\n"
+        "        os.setsid()\\n        if os.fork() == 0:\\n            time.sleep(60)\\n"
+        '        os._exit(0)\\nprint("spawned")\')\n'
+        "    time.sleep(0.3)\n"
+        "    print(r.stdout.strip(), mine() - before)\n"
     )
     os.chmod(folder, 0o755)
     os.chmod(script, 0o644)
@@ -332,7 +344,10 @@ def test_unprivileged_user_namespace_worker() -> None:
     if "sandbox unavailable: OSError" in out.stderr and "unshare" in out.stderr:
         pytest.skip(f"user namespaces not permitted here: {out.stderr[-200:]}")
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "namespace ['nonet', 'ro', '0000000000000000']"
+    assert out.stdout.splitlines() == [
+        "namespace ['nonet', 'ro', '0000000000000000']",
+        "spawned 0",  # the ten daemonized processes are gone
+    ]
 
 
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed")

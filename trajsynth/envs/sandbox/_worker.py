@@ -551,6 +551,8 @@ class Worker:
                 finally:
                     os._exit(0)
             os.waitpid(reaper, 0)
+        else:  # rlimit mode, not root: we are a child subreaper, so orphans come to us
+            self.kill_descendants()
         while True:  # reap (orphans come to us: PID 1 or child subreaper)
             try:
                 done, _ = os.waitpid(-1, 0 if self.pid1 else os.WNOHANG)
@@ -558,6 +560,33 @@ class Worker:
                 break
             if done == 0:
                 break
+
+    def kill_descendants(self, budget_s=2.0):
+        """Kill our children until none is left: each time a process dies, its own children
+        are reparented to us (child subreaper), so the loop reaches every descendant."""
+        deadline = time.monotonic() + budget_s
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/self/task/{os.getpid()}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                return  # no /proc children list: the process group kill is all we have
+            if not kids:
+                return
+            for k in kids:
+                try:
+                    os.killpg(k, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    os.kill(k, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            for k in kids:
+                try:
+                    os.waitpid(k, 0)
+                except ChildProcessError:
+                    pass
 
     def cleanup(self, run_dir):
         """Empty the run folder and restore its owner and mode."""
