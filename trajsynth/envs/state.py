@@ -102,8 +102,9 @@ class State:
         return _ReadOnly(self._tables.get(table, {}))
 
     def rows(self, table: str) -> Iterator[tuple[str, Any]]:
-        """(key, record) pairs of a table, in insertion order."""
-        return iter(list(self._tables.get(table, {}).items()))
+        """(key, record) pairs of a table, sorted by key: two states with equal content
+        iterate alike, whatever order their records were written in."""
+        return iter(sorted(self._tables.get(table, {}).items()))
 
     def tables(self) -> list[str]:
         return sorted(self._tables)
