@@ -75,6 +75,13 @@ def test_runs_code_and_reports(sb: Sandbox) -> None:
     r = sb.run("raise KeyError('k')")
     assert r.exit_code == 1 and r.stderr.splitlines()[-1] == "KeyError: 'k'"
     assert "_worker.py" not in r.stderr  # the worker's own frames are not shown
+    r = sb.run("print(1 +")  # compiled by the worker: the error reads as Python's own
+    assert r.exit_code == 1 and r.stderr.startswith('  File "<sandbox>", line 1')
+    assert "SyntaxError" in r.stderr.splitlines()[-1]
+    long = "x = 1\n" * 5000 + "print(x +"  # long code is compiled in the child
+    r = sb.run(long)
+    assert r.exit_code == 1 and "SyntaxError" in r.stderr.splitlines()[-1]
+    assert sb.run("x = 0\n" * 5000 + "print(x)").stdout == "0\n"
 
 
 def test_stdin_files_env_and_argv(sb: Sandbox) -> None:

@@ -20,12 +20,15 @@ MODE ``rlimit`` means no isolation is available: only rlimits and the uid switch
 
 Per execution (a request on stdin: 4-byte big-endian length + JSON):
 
-4) make a private run folder under SCRATCH and write the request's files into it;
+4) make a private run folder under SCRATCH (one per worker, emptied after each run) and
+   write the request's files into it;
 5) fork a child: new session (its own process group), stdin/stdout/stderr on pipes, every
    other file descriptor closed, cwd = the run folder, rlimits (CPU, address space, file
    size, processes, open files, no core dumps), a uid of its own when the worker is root
-   (otherwise all capabilities dropped), ``no_new_privs``, a scrubbed environment; then it
-   runs the Python code in-process (no interpreter start-up) or ``execve``s the argv;
+   (otherwise all capabilities dropped), ``no_new_privs`` (set once on the worker, and
+   inherited), a scrubbed environment; then it runs the Python code in-process (no
+   interpreter start-up; code up to 20,000 characters arrives compiled by the worker) or
+   ``execve``s the argv;
 6) collect output (capped) until the child exits or the wall-clock timeout, which kills the
    process group;
 7) kill everything the execution left behind: as PID 1 of the namespace, ``kill(-1,
@@ -56,7 +59,6 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 SYS_MOUNT_SETATTR = 442  # same number on x86_64 and aarch64 (generic syscall table)
-SYS_CLOSE_RANGE = 436
 PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 38, 1, 24, 28
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
@@ -64,6 +66,7 @@ MNT_DETACH = 2
 SECBIT_NOROOT_ALL = 0x3 | 0xC | 0x30  # noroot, no_setuid_fixup, keep_caps_locked
 UID_BASE = 1_800_000_000
 MEMORY_EXIT = 113  # the child's exit code after a MemoryError
+COMPILE_IN_WORKER_CHARS = 20_000
 _libc = None
 
 
@@ -274,6 +277,10 @@ class Worker:
 
     def serve(self, info, preload=()):
         self.warm_up(preload)
+        # no_new_privs is inherited and can never be unset: set once here, every run has it
+        libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        # every descriptor a run must not inherit is below this (pipes reuse low numbers)
+        self.fd_limit = max(int(fd) for fd in os.listdir("/proc/self/fd")) + 32
         send(self.ctl_out, {"ready": True, **info})
         while True:
             req = recv(self.ctl_in)
@@ -316,12 +323,21 @@ class Worker:
         err_r, err_w = os.pipe()
         in_r, in_w = os.pipe()
         self.set_environment(run_dir, req.get("env") or {})
+        compiled = None
+        code = req.get("code", "")
+        # short code is compiled here, once, so the child only runs it (compiling in the child
+        # costs copy-on-write faults); long code is compiled in the child, under its limits
+        if not req.get("argv") and len(code) <= COMPILE_IN_WORKER_CHARS:
+            try:
+                compiled = compile(code, "<sandbox>", "exec")
+            except (SyntaxError, ValueError) as exc:
+                compiled = exc
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:  # 5) the child
             try:
-                self.child(req, limits, run_dir, in_r, out_w, err_w)
+                self.child(req, limits, run_dir, in_r, out_w, err_w, compiled)
             except BaseException:
                 os.write(2, ("sandbox: set-up failed\n" + traceback.format_exc()).encode())
             finally:
@@ -356,13 +372,12 @@ class Worker:
             if os.environ.get(key) != value:
                 os.environ[key] = value
 
-    def child(self, req, limits, run_dir, in_r, out_w, err_w):
+    def child(self, req, limits, run_dir, in_r, out_w, err_w, compiled):
         os.setsid()
         os.dup2(in_r, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        if libc().syscall(SYS_CLOSE_RANGE, 3, 0xFFFFFFFF, 0) != 0:  # every other descriptor
-            os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        os.closerange(3, self.fd_limit)  # every other descriptor
         os.chdir(run_dir)
         cpu = max(1, int(float(limits.get("cpu_seconds", 10)) + 0.999))
         mem = int(limits.get("memory_mb", 512)) << 20
@@ -382,7 +397,6 @@ class Worker:
             libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files stay readable
         elif self.mode != "rlimit":
             drop_capabilities()
-        libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         env = dict(os.environ)  # set up by execute() before the fork
         argv = req.get("argv")
         if argv:
@@ -402,7 +416,13 @@ class Worker:
         try:
             sys.argv = ["<sandbox>"]
             sys.path.insert(0, run_dir)
-            exec(compile(req.get("code", ""), "<sandbox>", "exec"), {"__name__": "__main__"})
+            if compiled is None:
+                compiled = compile(req.get("code", ""), "<sandbox>", "exec")
+            if isinstance(compiled, BaseException):  # a SyntaxError, shown as Python would
+                traceback.print_exception(type(compiled), compiled, None)
+                code = 1
+            else:
+                exec(compiled, {"__name__": "__main__"})
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if not isinstance(exc.code, (int, type(None))):
