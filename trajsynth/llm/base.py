@@ -294,6 +294,10 @@ class RoleConfig(StrictModel):
         600.0, gt=0, description="Per-HTTP-request timeout (waiting for a slot never counts)."
     )
     connect_timeout_s: float = Field(10.0, gt=0, description="TCP connect timeout.")
+    http_client: Literal["auto", "aiohttp", "httpx"] = Field(
+        "auto",
+        description="The SDK's HTTP transport: aiohttp when installed (auto), or httpx.",
+    )
     max_retries: int = Field(
         5, ge=0, description="Retries after 5xx, connection errors, timeouts, bad bodies."
     )

@@ -105,7 +105,9 @@ class AIMDLimiter:
         """Multiplicative decrease (once per window) and a pause of ``retry_after`` seconds."""
         now = time.monotonic()
         if sent_at >= self.last_decrease:
-            self.limit = max(float(self.floor), self.limit * self.decrease)
+            new = max(float(self.floor), self.limit * self.decrease)
+            if new < self.limit:
+                self.decreases += 1
+            self.limit = new
             self.last_decrease = now
-            self.decreases += 1
         self.paused_until = max(self.paused_until, now + max(0.0, retry_after))

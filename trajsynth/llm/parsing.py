@@ -48,7 +48,8 @@ __all__ = [
 
 _MAX_RAW = 2000  # characters of raw text kept in one error message
 
-_THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
+# an unclosed <think> ends where a call starts, so a forgotten </think> loses no call
+_THINK = re.compile(r"<think>(.*?)(?:</think>|(?=<tool_call>)|$)", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -287,7 +288,8 @@ def _parse(content: str | None, native: list[dict[str, str]], reasoning: str | N
         text = _THINK.sub("", text)
         joined = "\n".join(t for t in thoughts if t)
         result.reasoning = "\n".join(x for x in (reasoning, joined) if x) or None
-    elif "</think>" in text:  # template put <think> in the prompt
+    elif "</think>" in text and "<tool_call>" not in text.partition("</think>")[0]:
+        # the chat template opened <think> in the prompt: what precedes </think> is reasoning
         head, _, text = text.partition("</think>")
         result.reasoning = "\n".join(x for x in (reasoning, head.strip()) if x) or None
 

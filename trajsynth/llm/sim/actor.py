@@ -221,14 +221,14 @@ class _Actor:
 
     def tool_turn(self, t: int, g: GoldTurn, *, allow_clarification: bool) -> SimOutput:
         steps = self.meta.hint_steps if self.meta.hint_steps is not None else g.steps
-        if allow_clarification and self.st.steps_done == 0 and not self.st.asked:
-            # needless clarification: its own draw, independent of the plan's
-            if self.rng("ask", t).random() < self.profile.needless_clarification:
-                self.out.trace.append(f"needless_clarification@t{t}")
-                self.out.uncertain = True
-                self.think("I am not sure I understood every detail; I will ask first.")
-                self.out.content = "Before I start, could you confirm the details of your request?"
-                return self.out
+        first_step = allow_clarification and self.st.steps_done == 0 and not self.st.asked
+        # needless clarification: its own draw, independent of the plan's
+        if first_step and self.rng("ask", t).random() < self.profile.needless_clarification:
+            self.out.trace.append(f"needless_clarification@t{t}")
+            self.out.uncertain = True
+            self.think("I am not sure I understood every detail; I will ask first.")
+            self.out.content = "Before I start, could you confirm the details of your request?"
+            return self.out
         return self.play(t, g, steps, self.plan(t, steps), guessed=False)
 
     def plan(self, t: int, steps: list[list[GoldCall]]) -> list[int]:
