@@ -36,6 +36,7 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "trajsynth.cli.run",
     "trajsynth.cli.data",
+    "trajsynth.cli.serve",
 ]
 
 for _module in COMMAND_MODULES:
