@@ -269,7 +269,7 @@ def _structure(emitted: list[int], n: int) -> str | None:
         return "stop_early"
     if len(emitted) == n - 1 and any(emitted == full[:i] + full[i + 1 :] for i in range(n - 1)):
         return "missing_dependent_call"
-    if any(emitted == full[:i] + [i + 1, i] + full[i + 2 :] for i in range(n - 1)):
+    if any(emitted == [*full[:i], i + 1, i, *full[i + 2 :]] for i in range(n - 1)):
         return "wrong_call_order"
     raise AssertionError(f"unexplained step sequence {emitted} for {n} steps")
 
