@@ -151,3 +151,34 @@ def test_cache_keys_exclude_secrets_and_the_store_survives_torn_lines(tmp_path: 
     with open(seg, "a") as f:
         f.write("\n" + json.dumps({"k": "e" * 40, "v": {"reply": {"x": 5}, "format": 1}}) + "\n")
     assert live.get("e" * 40)["reply"] == {"x": 5}
+
+
+def test_scripted_backend_answers_stage_requests_through_the_same_client() -> None:
+    from trajsynth.core.errors import EndpointError
+    from trajsynth.llm import use_scripted
+
+    ctx = Context(ContextSpec(stage_id="jglv"))
+
+    def judge(request: ChatRequest) -> Any:
+        text = request.messages[-1]["content"]
+        if text == "fail":
+            raise EndpointError("HTTP 400: context too long")
+        if text == "call":
+            return '<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>'
+        return ["RESPONSE1_INCORRECT.", "BOTH_CORRECT."]
+
+    backend = use_scripted(ctx, "judge", judge, prices={"completion_per_mtok": 10.0})
+    votes = _ask(ctx.llm("judge"), text="vote", n=3)
+    assert [c.message.content for c in votes.choices] == [
+        "RESPONSE1_INCORRECT.",
+        "BOTH_CORRECT.",
+        "RESPONSE1_INCORRECT.",
+    ]
+    assert votes.backend == "scripted" and votes.cost_usd > 0
+    call = _ask(ctx.llm("judge"), text="call").choices[0].message.tool_calls[0]
+    assert (call.name, call.arguments) == ("f", '{"x": 1}')
+    failed = _ask(ctx.llm("judge"), text="fail")
+    assert not failed.ok and "context too long" in failed.error
+    assert [r.messages[-1]["content"] for r in backend.requests] == ["vote", "call", "fail"]
+    c = ctx.metrics.snapshot()["counters"]
+    assert c["llm.judge.requests"] == 3 and c["llm.judge.errors"] == 1

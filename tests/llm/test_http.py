@@ -329,15 +329,20 @@ def test_500_requests_under_20_percent_faults_finish_with_every_row_accounted(
 def test_warm_cache_rerun_sends_zero_requests(serve: Any, tmp_path: Path) -> None:
     server = serve("--latency-ms", "1")
     out = tmp_path / "run"
-    first = run_pipeline(_pipeline(server.base_url, out, 60), out=out)
+    secret = "sk-pipeline-secret-42"
+    first = run_pipeline(_pipeline(server.base_url, out, 60, api_key=secret), out=out)
     sent = server.metrics()["chat_requests"]
     assert sent == 60 and first.manifest.stages["ask"].status == "done"
     rows = sorted((r.id, r.messages[-1].model_dump_json()) for r in read_records(out / "ask"))
+    # the API key is in no file of the run (manifest, logs, shards, cache)
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
     # unchanged: the runner skips the stage
-    second = run_pipeline(_pipeline(server.base_url, out, 60), out=out)
+    second = run_pipeline(_pipeline(server.base_url, out, 60, api_key=secret), out=out)
     assert "ask" in second.skipped and server.metrics()["chat_requests"] == sent
     # forced: the stage runs again, every answer comes from the cache, identical rows
-    third = run_pipeline(_pipeline(server.base_url, out, 60), out=out, force=True)
+    third = run_pipeline(_pipeline(server.base_url, out, 60, api_key=secret), out=out, force=True)
     assert "ask" in third.executed and server.metrics()["chat_requests"] == sent
     assert third.manifest.stages["ask"].metrics["counters"]["llm.teacher.cache_hits"] == 60
     assert rows == sorted(

@@ -14,6 +14,7 @@ Modules:
   retries by error class;
 - ``sim``: the seeded simulator for every role (the offline default);
 - ``local``: a transformers causal LM from a folder, batched;
+- ``scripted``: answers from a Python function, for stage tests (``use_scripted(ctx, ...)``);
 - ``parsing``: tool-call parsing shared by all backends;
 - ``cache``: the content-addressed response cache;
 - ``server``: ``trajsynth serve``, an OpenAI-compatible server over sim or local.
@@ -43,6 +44,7 @@ from .client import (
     to_openai_messages,
 )
 from .parsing import ParseResult, parse_output
+from .scripted import ScriptedBackend, scripted_client, use_scripted
 from .usage import llm_usage
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "RawChoice",
     "RoleClient",
     "RoleConfig",
+    "ScriptedBackend",
     "TokenLogprob",
     "Usage",
     "aclose",
@@ -67,5 +70,7 @@ __all__ = [
     "parse_output",
     "reset_clients",
     "role_config",
+    "scripted_client",
     "to_openai_messages",
+    "use_scripted",
 ]

@@ -199,7 +199,7 @@ class LLMClient:
             attempts = int(getattr(exc, "attempts", 0))
             result = ChatResult(
                 model=self.model,
-                backend=cfg.backend,
+                backend=self.backend.name,
                 error=str(exc),
                 error_type="rate_limited" if isinstance(exc, RateLimited) else "endpoint",
                 attempts=attempts,
@@ -244,7 +244,7 @@ class LLMClient:
             choices=choices,
             usage=reply.usage,
             model=reply.model or self.model,
-            backend=self.config.backend,
+            backend=self.backend.name,
             cached=cached,
             cost_usd=0.0 if cached else self.config.prices.cost(reply.usage),
             error=error,

@@ -137,8 +137,10 @@ class OpenAIBackend(Backend):
             import openai
 
             http_mod = _http_module()
+            # the limiter bounds what is in flight; the pool must never make a request wait
+            # (a wait there would count against the timeout), so it is not capped below it
             limits = http_mod.Limits(
-                max_connections=cfg.max_concurrency,
+                max_connections=_UNCAPPED,
                 max_keepalive_connections=cfg.max_concurrency,
                 keepalive_expiry=30.0,
             )
@@ -433,6 +435,7 @@ def _use_aiohttp(choice: str) -> bool:
 
 
 _JSON_OPTIONS: Any = {"headers": {"Content-Type": "application/json"}}
+_UNCAPPED = 1_000_000  # connections: the AIMD limiter is the only cap
 
 
 @functools.cache

@@ -204,7 +204,7 @@ class Runner:
                 "config": rs.config.model_dump(mode="json"),
                 "inputs": [(str(r), self._input_fingerprint(r, manifest)) for r in rs.inputs],
                 "seed": defaults.seed,
-                "llm": defaults.llm,
+                "llm": _without_secrets(defaults.llm),
                 "env": defaults.env,
                 "shard_rows": rs.shard_rows,
                 "version": __version__,
@@ -468,6 +468,14 @@ class Runner:
         finally:
             stage.teardown()
         state.metrics = Metrics.merge(state.metrics, ctx.metrics.snapshot())
+
+
+def _without_secrets(roles: dict[str, dict]) -> dict[str, dict]:
+    """LLM role settings minus API keys (which must not reach the manifest, even hashed)."""
+    return {
+        role: {k: v for k, v in (cfg or {}).items() if k != "api_key"}
+        for role, cfg in roles.items()
+    }
 
 
 def _rows_of(path: Path) -> int:
