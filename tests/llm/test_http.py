@@ -304,8 +304,11 @@ def test_500_requests_under_20_percent_faults_finish_with_every_row_accounted(
     counters = state.metrics["counters"]
     sent = sum(r.extra["attempts"] for r in answered + errored)
     assert m["chat_requests"] == counters["llm.teacher.http_requests"] == sent
-    assert m["ok"] == len(answered)
+    # on the server every request was answered or failed on purpose...
     assert sum(m[f"fault_{k}"] for k in ("429", "500", "timeout", "garbage")) == sent - m["ok"]
+    # ...and each answered row got one of the answers (a few more answers may have been sent
+    # to clients that had already timed out under load and retried)
+    assert len(answered) <= m["ok"] <= len(answered) + (sent - 500)
     assert counters["llm.teacher.requests"] == 500
     assert counters["llm.teacher.errors"] == len(errored)
     assert (
