@@ -37,6 +37,7 @@ COMMAND_MODULES = [
     "trajsynth.cli.run",
     "trajsynth.cli.data",
     "trajsynth.cli.tools",
+    "trajsynth.cli.serve",
 ]
 
 for _module in COMMAND_MODULES:

@@ -11,7 +11,22 @@ from rich.table import Table
 
 from ..core.errors import ConfigError, InputNotFoundError
 from . import app
-from ._common import RichReporter, console, err_console, summary_table
+from ._common import RichReporter, console, err_console, llm_usage_table, summary_table
+
+NoCacheOption = Annotated[
+    bool,
+    typer.Option("--no-cache", help="Neither read nor write the LLM response cache."),
+]
+
+
+def _no_llm_cache(no_cache: bool) -> None:
+    if no_cache:
+        import os
+
+        from ..llm.client import NO_CACHE_ENV
+
+        os.environ[NO_CACHE_ENV] = "1"  # read by every LLM client of this run (and workers)
+
 
 SetOption = Annotated[
     list[str] | None,
@@ -27,11 +42,13 @@ def run(
     force: Annotated[bool, typer.Option("--force", help="Rerun every stage.")] = False,
     workers: Annotated[int | None, typer.Option(help="Processes for CPU-bound stages.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Run a whole pipeline; unchanged stages are skipped, interrupted ones resume."""
     from ..pipeline.runner import Runner
     from ..pipeline.spec import load_pipeline
 
+    _no_llm_cache(no_cache)
     overrides = list(set_ or [])
     if workers is not None:
         overrides.append(f"defaults.workers={workers}")
@@ -43,6 +60,9 @@ def run(
         reporter.close()
     if not quiet:
         console.print(summary_table(result))
+        usage = llm_usage_table(result)
+        if usage is not None:
+            console.print(usage)
 
 
 @app.command()
@@ -58,8 +78,10 @@ def stage(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rerun even if unchanged.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Run one stage on shards: `trajsynth stage sample --in data/raw --out data/s --set n=100`."""
+    _no_llm_cache(no_cache)
     run_single_stage(name, inputs or [], out, set_ or [], force=force, quiet=quiet)
 
 

@@ -113,10 +113,10 @@ def run_map_unit(task: UnitTask, progress: Progress | None = None) -> UnitResult
     """Run one unit: read its shard, run the stage, write its output shards atomically."""
     start = time.perf_counter()
     stage, shared_ctx = _stage_for(task)
-    # a per-unit context shares the process's clients but has its own metrics and unit info
+    # a per-unit context shares the process's environments (LLM clients are process-wide
+    # already) but has its own metrics, so usage is counted per unit and merged
     live = None if progress is None else (lambda n: progress(task.unit_key, n))
     ctx = Context(shared_ctx.spec, logger=shared_ctx.log, progress=live)
-    ctx._llm_clients = shared_ctx._llm_clients
     ctx._envs = shared_ctx._envs
     ctx._lock = shared_ctx._lock
     ctx.unit, ctx.input_name = task.unit_key, task.input_name

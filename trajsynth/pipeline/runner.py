@@ -208,7 +208,7 @@ class Runner:
                 "config": rs.config.model_dump(mode="json"),
                 "inputs": [(str(r), self._input_fingerprint(r, manifest)) for r in rs.inputs],
                 "seed": defaults.seed,
-                "llm": defaults.llm,
+                "llm": _without_secrets(defaults.llm),
                 "env": defaults.env,
                 "shard_rows": rs.shard_rows,
                 "needs": [(n, manifest.stages[n].artifact_fingerprint) for n in rs.needs],
@@ -502,6 +502,14 @@ def _fingerprint_dir(folder: Path) -> tuple[dict[str, int], str]:
             files[rel] = p.stat().st_size
             digests.append((rel, file_fingerprint(p)))
     return files, stable_hash(digests)
+
+
+def _without_secrets(roles: dict[str, dict]) -> dict[str, dict]:
+    """LLM role settings minus API keys (which must not reach the manifest, even hashed)."""
+    return {
+        role: {k: v for k, v in (cfg or {}).items() if k != "api_key"}
+        for role, cfg in roles.items()
+    }
 
 
 def _rows_of(path: Path) -> int:

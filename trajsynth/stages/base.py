@@ -251,7 +251,8 @@ class Context:
         self.log = logger or logging.getLogger(f"trajsynth.stage.{self.spec.stage_id}")
         self.metrics = Metrics()
         self._progress = progress
-        self._llm_clients: dict[str, Any] = {}
+        #: per-context views of the process-wide LLM clients (each counts into self.metrics)
+        self._llm_views: dict[str, Any] = {}
         self._envs: Any = None
         self._lock = threading.Lock()
         #: which unit (input shard) is being processed, for map stages; set by the runner
@@ -294,13 +295,21 @@ class Context:
 
     # -- services -------------------------------------------------------------------------
     def llm(self, role: str) -> Any:
-        """The LLM client for ``role`` (teacher, judge, ...), built once per process."""
+        """The LLM client for ``role`` (teacher, judge, ...).
+
+        The underlying client (connection pool, endpoint limiter, cache) is built once per
+        process and shared; what this returns is a view of it that counts token usage and
+        cost into *this* context's metrics (``llm.<role>.*``), so that usage lands in the
+        manifest under the stage — and unit — that spent it.
+        """
         with self._lock:
-            if role not in self._llm_clients:
+            view = self._llm_views.get(role)
+            if view is None:
                 from ..llm import client_for_role
 
-                self._llm_clients[role] = client_for_role(role, self.spec.llm, self.spec)
-            return self._llm_clients[role]
+                view = client_for_role(role, self.spec.llm, spec=self.spec, metrics=self.metrics)
+                self._llm_views[role] = view
+            return view
 
     @property
     def envs(self) -> Any:
