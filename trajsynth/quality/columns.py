@@ -6,7 +6,8 @@ every element, and per-row results are folded back with ``np.bincount`` / ``redu
 
 - :func:`flatten_messages` / :func:`flatten_calls`: one element per message / per tool call,
   with its row and message index;
-- :func:`normalize_text`: lowercase, every run of non-letters/digits → one space, trimmed;
+- :func:`tokens` / :func:`normalize_text`: lowercase word tokens (a byte-table lookup over the
+  whole column), and those tokens joined by single spaces;
 - :func:`action_skeletons`: per row, the tool names in call order, calls of one assistant
   message (parallel calls) sorted by name, so their order does not matter;
 - :func:`hash_strings`: a 64-bit content hash of every string (FNV-1a over the bytes with a
@@ -34,6 +35,7 @@ __all__ = [
     "mix64",
     "normalize_text",
     "skeleton_strings",
+    "tokens",
 ]
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -102,15 +104,52 @@ def hash_strings(values: pa.Array | pa.ChunkedArray, seed: int = 0) -> np.ndarra
     return mix64(h ^ mix64(lengths.astype(np.uint64) + np.uint64(seed)))
 
 
+#: byte map of the tokenizer: ASCII letters lowercased, other ASCII → space, bytes ≥ 128 kept
+_TOKEN_BYTES = np.arange(256, dtype=np.uint8)
+for _c in range(128):
+    if not chr(_c).isalnum():
+        _TOKEN_BYTES[_c] = 32
+    elif chr(_c).isupper():
+        _TOKEN_BYTES[_c] = ord(chr(_c).lower())
+
+
+def tokens(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Each string as a list of lowercase word tokens (a ``list<string>`` array).
+
+    Letters and digits make words; every other ASCII character separates them. Non-ASCII
+    text is lowercased and kept inside words (so accented words stay whole, while non-ASCII
+    punctuation such as an em dash sticks to its neighbour: the price of doing this as one
+    byte-table lookup over the whole column instead of a regular expression per string).
+
+    >>> tokens(pa.array(["  Book a FLIGHT, to São-Paulo!! ", None])).to_pylist()
+    [['book', 'a', 'flight', 'to', 'são', 'paulo'], []]
+    """
+    arr = pc.utf8_lower(pc.fill_null(as_array(values).cast(pa.string()), ""))
+    if len(arr) == 0:
+        return pa.array([], pa.list_(pa.string()))
+    bufs = arr.buffers()
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else None
+    if data is not None and len(data):
+        mapped = pa.StringArray.from_buffers(
+            len(arr), bufs[1], pa.py_buffer(_TOKEN_BYTES[data]), bufs[0], arr.null_count, arr.offset
+        )
+    else:
+        mapped = arr
+    trimmed = pc.ascii_trim_whitespace(mapped)
+    split = pc.ascii_split_whitespace(trimmed)
+    empty = pc.equal(pc.binary_length(trimmed), 0)
+    if pc.any(empty).as_py():
+        split = pc.if_else(empty, pa.scalar([], split.type), split)
+    return split
+
+
 def normalize_text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Lowercase; every run of characters that are not letters or digits → one space; trimmed.
+    """The :func:`tokens` of each string joined by single spaces.
 
     >>> normalize_text(pa.array(["  Book a FLIGHT, to Paris!! ", None])).to_pylist()
     ['book a flight to paris', '']
     """
-    arr = pc.fill_null(as_array(values).cast(pa.string()), "")
-    arr = pc.replace_substring_regex(pc.utf8_lower(arr), r"[^\pL\pN]+", " ")
-    return pc.utf8_trim_whitespace(arr)
+    return pc.fill_null(pc.binary_join(tokens(values), " "), "")
 
 
 @dataclass
@@ -176,6 +215,19 @@ def flatten_calls(msgs: FlatMessages) -> FlatCalls:
     )
 
 
+def _chunk_calls(chunk: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """(names, message index, row index) of every call in one chunk (indices chunk-local)."""
+    if chunk.null_count:
+        chunk = pc.fill_null(chunk, pa.scalar([], type=chunk.type))
+    msg_row = pc.list_parent_indices(chunk).to_numpy(zero_copy_only=False).astype(np.int64)
+    tc = pc.struct_field(pc.list_flatten(chunk), "tool_calls")
+    if tc.null_count:
+        tc = pc.fill_null(tc, pa.scalar([], type=tc.type))
+    call_msg = pc.list_parent_indices(tc).to_numpy(zero_copy_only=False).astype(np.int64)
+    names = pc.fill_null(pc.struct_field(pc.list_flatten(tc), "name"), "")
+    return names, call_msg, msg_row[call_msg] if len(call_msg) else call_msg
+
+
 def action_skeletons(
     messages: pa.Array | pa.ChunkedArray,
 ) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -184,19 +236,32 @@ def action_skeletons(
     ``names`` is one string per call ordered by (row, message, name): calls made in one
     assistant message (parallel calls) are sorted by name, so two trajectories that issue the
     same parallel calls in a different order have the same skeleton. ``offsets`` (N+1) gives
-    each row's slice of ``names``.
+    each row's slice of ``names``. A chunked column is read chunk by chunk (never combined:
+    only the tool names are copied out).
     """
-    msgs = flatten_messages(messages)
-    calls = flatten_calls(msgs)
-    n = len(msgs.offsets) - 1
-    names = calls.name
+    chunks = messages.chunks if isinstance(messages, pa.ChunkedArray) else [messages]
+    n = len(messages)
+    all_names: list[pa.Array] = []
+    msgs: list[np.ndarray] = []
+    rows: list[np.ndarray] = []
+    row_base = msg_base = 0
+    for chunk in chunks:
+        names, call_msg, call_row = _chunk_calls(chunk)
+        all_names.append(names)
+        msgs.append(call_msg + msg_base)
+        rows.append(call_row + row_base)
+        row_base += len(chunk)
+        msg_base += int(pc.sum(pc.fill_null(pc.list_value_length(chunk), 0)).as_py() or 0)
+    names = pa.concat_arrays(all_names) if all_names else pa.array([], pa.string())
+    message = np.concatenate(msgs) if msgs else np.zeros(0, dtype=np.int64)
+    row = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
     if len(names):
-        name_code = pc.rank(names, sort_keys="ascending", tiebreaker="dense").to_numpy()
-        order = np.lexsort((name_code, calls.message))
+        enc = as_array(pc.dictionary_encode(names))
+        dict_rank = pc.rank(enc.dictionary, sort_keys="ascending", tiebreaker="dense").to_numpy()
+        name_code = dict_rank[enc.indices.to_numpy(zero_copy_only=False)]
+        order = np.lexsort((name_code, message))
         names = names.take(pa.array(order))
-        row = calls.row[order]
-    else:
-        row = calls.row
+        row = row[order]
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(row, minlength=n), out=offsets[1:])
     return names, row, offsets

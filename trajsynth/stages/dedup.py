@@ -50,7 +50,7 @@ def _gather(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
     parts = [b for b in batches if b.num_rows]
     if not parts:
         return None
-    return pa.Table.from_batches(parts).combine_chunks()
+    return pa.Table.from_batches(parts)
 
 
 @register
