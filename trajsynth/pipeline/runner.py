@@ -115,7 +115,9 @@ class Runner:
         return self.run_dir if self.layout == "single" else self.run_dir / stage_id
 
     def artifacts_dir(self, stage_id: str) -> Path:
-        return self.run_dir / "artifacts" / (stage_id if self.layout == "pipeline" else "")
+        if self.layout == "single":
+            return self.run_dir / "artifacts"
+        return self.run_dir / "artifacts" / stage_id
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -209,11 +211,18 @@ class Runner:
                 "llm": defaults.llm,
                 "env": defaults.env,
                 "shard_rows": rs.shard_rows,
+                "needs": [(n, manifest.stages[n].artifact_fingerprint) for n in rs.needs],
+                "iteration": rs.iteration,
                 "version": __version__,
             }
         )
 
     def _outputs_intact(self, sid: str, state: StageState) -> bool:
+        art = self.artifacts_dir(sid)
+        for rel, size in state.artifact_files.items():
+            p = art / rel
+            if not p.exists() or p.stat().st_size != size:
+                return False
         for name, out in state.outputs.items():
             folder = output_dir(self.stage_dir(sid), name)
             for shard in out.shards:
@@ -244,11 +253,14 @@ class Runner:
             and state.cache_key == key
             and state.status in ("running", "failed")
         )
-        if resume and cls.kind == StageKind.GLOBAL:
-            resume = False  # a global stage cannot resume mid-way: start it over
+        # a global stage cannot resume mid-way: it starts over, but keeps its artifacts
+        # folder (a trainer resumes from its own checkpoints there)
+        keep_artifacts = resume and cls.kind == StageKind.GLOBAL
+        if keep_artifacts:
+            resume = False
         executions = state.executions if state else 0
         if not resume:
-            self._clear_outputs(sid, cls.outputs)
+            self._clear_outputs(sid, cls.outputs, keep_artifacts=keep_artifacts)
             state = StageState(
                 uses=rs.step.uses,
                 kind=cls.kind.value,
@@ -277,6 +289,8 @@ class Runner:
             env=self.pipeline.spec.defaults.env,
             cache_dir=self.pipeline.spec.defaults.cache_dir or str(self.run_dir / "cache"),
             artifacts_dir=str(self.artifacts_dir(sid)),
+            artifacts_in={n: str(self.artifacts_dir(n)) for n in rs.needs},
+            iteration=rs.iteration,
         )
         started = time.perf_counter()
         inputs = [(ref, self._input_shards(ref, manifest)) for ref in rs.inputs]
@@ -305,6 +319,10 @@ class Runner:
             raise StageFailed(
                 message, hint=f"traceback in {self.run_dir / 'logs' / 'run.log'}"
             ) from exc
+        if cls.makes_artifact:
+            state.artifact_files, state.artifact_fingerprint = _fingerprint_dir(
+                self.artifacts_dir(sid)
+            )
         state.status = "done"
         state.seconds += time.perf_counter() - started
         state.finished_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -320,7 +338,9 @@ class Runner:
         state.seconds += time.perf_counter() - started
         manifest.save(self.manifest_path)
 
-    def _clear_outputs(self, sid: str, outputs: tuple[str, ...]) -> None:
+    def _clear_outputs(
+        self, sid: str, outputs: tuple[str, ...], *, keep_artifacts: bool = False
+    ) -> None:
         """Remove a stage's previous shards (only files the store writes; nothing else)."""
         base = self.stage_dir(sid)
         for name in ("main", *outputs[1:]):
@@ -329,10 +349,9 @@ class Runner:
                 for p in folder.glob("part-*.parquet"):
                     p.unlink()
                 clean_tmp(folder)
-        if self.layout == "pipeline":
-            art = self.artifacts_dir(sid)
-            if art.is_dir():
-                shutil.rmtree(art)
+        art = self.artifacts_dir(sid)
+        if not keep_artifacts and art.is_dir():
+            shutil.rmtree(art)
 
     def _remove_uncommitted(self, sid: str, state: StageState, outputs: tuple[str, ...]) -> None:
         """Delete shards a crash left behind that the manifest does not record."""
@@ -471,6 +490,18 @@ class Runner:
         finally:
             stage.teardown()
         state.metrics = Metrics.merge(state.metrics, ctx.metrics.snapshot())
+
+
+def _fingerprint_dir(folder: Path) -> tuple[dict[str, int], str]:
+    """(relative file → size, content fingerprint) of everything under ``folder``."""
+    files: dict[str, int] = {}
+    digests = []
+    if folder.is_dir():
+        for p in sorted(q for q in folder.rglob("*") if q.is_file()):
+            rel = str(p.relative_to(folder))
+            files[rel] = p.stat().st_size
+            digests.append((rel, file_fingerprint(p)))
+    return files, stable_hash(digests)
 
 
 def _rows_of(path: Path) -> int:

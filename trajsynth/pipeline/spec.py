@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import graphlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Discriminator, Field, Tag, ValidationError, field_validator
 
 from ..core.config import StrictModel
 from ..core.errors import ConfigError, TrajsynthError
@@ -114,10 +115,14 @@ class StepSpec(StrictModel):
         serialization_alias="with",
         description="The stage's config (see `trajsynth stages`).",
     )
+    needs: list[str] = Field(
+        default_factory=list,
+        description="Stages whose artifacts (e.g. a trained checkpoint) this stage uses.",
+    )
     shard_rows: int | None = Field(default=None, ge=1, description="Overrides defaults.")
     description: str = ""
 
-    @field_validator("from_", mode="before")
+    @field_validator("from_", "needs", mode="before")
     @classmethod
     def _listify(cls, v: Any) -> Any:
         if v is None:
@@ -137,6 +142,52 @@ class StepSpec(StrictModel):
         return v
 
 
+class CarrySpec(StrictModel):
+    """A value a loop carries from one iteration to the next (``$name`` inside the loop)."""
+
+    init: str | None = Field(
+        default=None,
+        description="What $name means in the first iteration: a stage id outside the loop "
+        "(or null: then $name is dropped from `from`/`needs` in the first iteration).",
+    )
+    next: str = Field(description="Stage of the loop body whose output $name is next time.")
+
+
+class LoopSpec(StrictModel):
+    """A block of stages repeated ``iterations`` times (e.g. LoopTool's train → probe → fix).
+
+    Iteration k's stages get ids ``<loop><k>.<id>`` (``round2.train``); inside the body, a
+    body id means the same iteration's stage and ``$name`` a carried value; outside the loop,
+    ``<loop>.<id>`` means the last iteration's stage. Each stage sees its iteration number in
+    ``ctx.iteration`` (and in the ``iteration`` column of the rows it makes).
+    """
+
+    loop: str = Field(description="Loop name; prefixes the ids of its stages.")
+    iterations: int = Field(ge=1, description="How many times the body runs.")
+    carry: dict[str, CarrySpec] = Field(
+        default_factory=dict, description="Values passed from one iteration to the next."
+    )
+    stages: list[StepSpec] = Field(description="The loop body.")
+    description: str = ""
+
+    @field_validator("loop")
+    @classmethod
+    def _name_chars(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z][A-Za-z_\-]*$", v):
+            raise ValueError("loop names use letters, '_' and '-' (no digits or dots)")
+        return v
+
+
+def _entry_kind(value: Any) -> str:
+    return "loop" if isinstance(value, dict) and "loop" in value else "step"
+
+
+Entry = Annotated[
+    Annotated[StepSpec, Tag("step")] | Annotated[LoopSpec, Tag("loop")],
+    Discriminator(_entry_kind),
+]
+
+
 class PipelineSpec(StrictModel):
     """A whole pipeline file."""
 
@@ -146,7 +197,9 @@ class PipelineSpec(StrictModel):
     plugins: list[str] = Field(
         default_factory=list, description="Modules imported first; they may register stages."
     )
-    stages: list[StepSpec] = Field(description="The stages, in any order; `from:` wires them.")
+    stages: list[Entry] = Field(
+        description="The stages (or loops of stages), in any order; `from:` wires them."
+    )
 
 
 @dataclass(frozen=True)
@@ -169,6 +222,8 @@ class ResolvedStage:
     stage: Stage
     inputs: list[InputRef]
     shard_rows: int
+    iteration: int = 0
+    needs: list[str] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -228,7 +283,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[tuple[str, Any]]) -> di
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             if isinstance(node, list):
-                match = [s for s in node if isinstance(s, dict) and s.get("id") == part]
+                match = [
+                    s for s in node if isinstance(s, dict) and part in (s.get("id"), s.get("loop"))
+                ]
                 if not match:
                     ids = [s.get("id") for s in node if isinstance(s, dict)]
                     raise ConfigError(f"--set {key}: no stage with id {part!r} (ids: {ids})")
@@ -309,23 +366,25 @@ def resolve_pipeline(
     except ValidationError as exc:
         raise ConfigError(_pipeline_error(exc, raw, where)) from None
     load_builtin_stages(spec.plugins)
+    if not spec.stages:
+        raise ConfigError(f"{where}: `stages` is empty")
+    flat = _unroll(spec)
 
-    ids = [s.id for s in spec.stages]
+    ids = [step.id for step, _ in flat]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise ConfigError(f"stage {dupes[0]!r}: id used more than once")
-    if not spec.stages:
-        raise ConfigError(f"{where}: `stages` is empty")
+    steps = {step.id: step for step, _ in flat}
 
     resolved: dict[str, ResolvedStage] = {}
     base_dir = path.parent if path else Path.cwd()
-    for step in spec.stages:
+    for step, iteration in flat:
         try:
             cls = get_stage(step.uses)
         except TrajsynthError as exc:
             raise ConfigError(f"stage {step.id!r}: uses: {exc.message}", hint=exc.hint) from None
         stage = build_stage(step.uses, step.with_, where=f"stage {step.id!r}: with")
-        inputs = [_resolve_ref(step.id, ref, ids, spec, base_dir) for ref in step.from_]
+        inputs = [_resolve_ref(step.id, ref, steps, base_dir) for ref in step.from_]
         lo, hi = cls.inputs_range
         if len(inputs) < lo or (hi is not None and len(inputs) > hi):
             want = (
@@ -336,11 +395,20 @@ def resolve_pipeline(
             raise ConfigError(
                 f"stage {step.id!r}: from: {cls.name} takes {want} input(s), got {len(inputs)}"
             )
+        for need in step.needs:
+            if need not in steps:
+                raise ConfigError(f"stage {step.id!r}: needs: {need!r} is not a stage id")
+            if not get_stage(steps[need].uses).makes_artifact:
+                raise ConfigError(
+                    f"stage {step.id!r}: needs: {need!r} ({steps[need].uses}) makes no artifact"
+                )
         resolved[step.id] = ResolvedStage(
             step=step,
             stage=stage,
             inputs=inputs,
             shard_rows=step.shard_rows or spec.defaults.shard_rows,
+            iteration=iteration,
+            needs=list(step.needs),
         )
 
     order = _toposort(resolved)
@@ -348,14 +416,81 @@ def resolve_pipeline(
     return ResolvedPipeline(spec=spec, path=path, stages=resolved, order=order, raw=raw)
 
 
-def _resolve_ref(
-    stage_id: str, ref: str, ids: list[str], spec: PipelineSpec, base_dir: Path
-) -> InputRef:
+def _unroll(spec: PipelineSpec) -> list[tuple[StepSpec, int]]:
+    """Flatten loops into ``(step, iteration)`` pairs with rewritten ids and references."""
+    aliases: dict[str, str] = {}
+    for entry in spec.stages:
+        if isinstance(entry, LoopSpec):
+            body = {s.id for s in entry.stages}
+            for name, carry in entry.carry.items():
+                if carry.next not in body:
+                    raise ConfigError(
+                        f"loop {entry.loop!r}: carry.{name}.next: {carry.next!r} is not a "
+                        f"stage of the loop (its stages are {sorted(body)})"
+                    )
+            for sid in body:
+                aliases[f"{entry.loop}.{sid}"] = f"{entry.loop}{entry.iterations}.{sid}"
+
+    def outside(ref: str) -> str:
+        name, sep, out = ref.partition(":")
+        return aliases.get(name, name) + sep + out
+
+    flat: list[tuple[StepSpec, int]] = []
+    for entry in spec.stages:
+        if isinstance(entry, StepSpec):
+            flat.append(
+                (
+                    entry.model_copy(
+                        update={
+                            "from_": [outside(r) for r in entry.from_],
+                            "needs": [outside(r) for r in entry.needs],
+                        }
+                    ),
+                    0,
+                )
+            )
+            continue
+        for k in range(1, entry.iterations + 1):
+            for step in entry.stages:
+                sid = f"{entry.loop}{k}.{step.id}"
+                refs = {
+                    key: [
+                        r
+                        for r in (_loop_ref(x, sid, k, entry, outside) for x in getattr(step, key))
+                        if r is not None
+                    ]
+                    for key in ("from_", "needs")
+                }
+                flat.append((step.model_copy(update={"id": sid, **refs}), k))
+    return flat
+
+
+def _loop_ref(
+    ref: str, step_id: str, k: int, loop: LoopSpec, outside: Callable[[str], str]
+) -> str | None:
+    """A reference inside iteration ``k`` of ``loop``: body ids → this iteration's stage,
+    ``$name`` → the carried value (None when it has no value yet), others unchanged."""
+    name, sep, out = ref.partition(":")
+    if name.startswith("$"):
+        carry = loop.carry.get(name[1:])
+        if carry is None:
+            raise ConfigError(
+                f"stage {step_id!r}: {name} is not carried by loop {loop.loop!r} "
+                f"(it carries {sorted(loop.carry)})"
+            )
+        if k == 1:
+            return None if carry.init is None else outside(carry.init) + sep + out
+        return f"{loop.loop}{k - 1}.{carry.next}{sep}{out}"
+    if name in {s.id for s in loop.stages}:
+        return f"{loop.loop}{k}.{name}{sep}{out}"
+    return outside(ref)
+
+
+def _resolve_ref(stage_id: str, ref: str, steps: dict[str, StepSpec], base_dir: Path) -> InputRef:
     name, _, output = ref.partition(":")
-    if name in ids:
-        target = next(s for s in spec.stages if s.id == name)
+    if name in steps:
         try:
-            outputs = get_stage(target.uses).outputs
+            outputs = get_stage(steps[name].uses).outputs
         except TrajsynthError:
             outputs = ("main",)
         out = output or "main"
@@ -372,12 +507,14 @@ def _resolve_ref(
             return InputRef(path=candidate)
     raise ConfigError(
         f"stage {stage_id!r}: from: {ref!r} is neither a stage id nor an existing path",
-        hint=f"stage ids are {ids}",
+        hint=f"stage ids are {sorted(steps)}",
     )
 
 
 def _toposort(stages: dict[str, ResolvedStage]) -> list[str]:
-    graph = {sid: {r.stage for r in s.inputs if r.stage} for sid, s in stages.items()}
+    graph = {
+        sid: {r.stage for r in s.inputs if r.stage} | set(s.needs) for sid, s in stages.items()
+    }
     sorter = graphlib.TopologicalSorter(graph)
     try:
         order = list(sorter.static_order())
@@ -429,19 +566,32 @@ def _check_columns(stages: dict[str, ResolvedStage], order: list[str]) -> None:
 def _pipeline_error(exc: ValidationError, raw: dict[str, Any], where: str) -> str:
     msgs = []
     stages = raw.get("stages") if isinstance(raw.get("stages"), list) else []
+
+    def clean(parts: list[Any]) -> str:
+        return ".".join(str(x) for x in parts).replace("from_", "from").replace("with_", "with")
+
     for err in exc.errors():
         loc = list(err["loc"])
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
         if loc[:1] == ["stages"] and len(loc) >= 2 and isinstance(loc[1], int):
             entry = stages[loc[1]] if loc[1] < len(stages) else {}
-            sid = entry.get("id") if isinstance(entry, dict) else None
-            label = f"stage {sid!r}" if sid else f"stages[{loc[1]}]"
-            fld = (
-                ".".join(str(x) for x in loc[2:]).replace("from_", "from").replace("with_", "with")
-            )
+            entry = entry if isinstance(entry, dict) else {}
+            rest = loc[2:]
+            if rest[:1] in (["step"], ["loop"]):  # the union's tag
+                rest = rest[1:]
+            label = f"stage {entry['id']!r}" if entry.get("id") else f"stages[{loc[1]}]"
+            if "loop" in entry:
+                label = f"loop {entry['loop']!r}"
+                body = entry.get("stages") if isinstance(entry.get("stages"), list) else []
+                if rest[:1] == ["stages"] and len(rest) >= 2 and isinstance(rest[1], int):
+                    inner = body[rest[1]] if rest[1] < len(body) else {}
+                    if isinstance(inner, dict) and inner.get("id"):
+                        label = f"stage '{entry['loop']}.{inner['id']}'"
+                        rest = rest[2:]
+            fld = clean(rest)
             msgs.append(f"{label}: {fld}: {msg}" if fld else f"{label}: {msg}")
         else:
-            fld = ".".join(str(x) for x in loc)
+            fld = clean(loc)
             msgs.append(f"{where}: {fld}: {msg}" if fld else f"{where}: {msg}")
     return "; ".join(msgs)
 

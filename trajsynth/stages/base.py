@@ -47,6 +47,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -149,6 +150,8 @@ class ContextSpec(BaseModel):
     env: dict[str, Any] = Field(default_factory=dict)
     cache_dir: str | None = None
     artifacts_dir: str | None = None
+    #: artifact folders of the stages this one `needs:` (stage id → folder), in order
+    artifacts_in: dict[str, str] = Field(default_factory=dict)
 
 
 class Metrics:
@@ -309,6 +312,31 @@ class Context:
                 self._envs = EnvFactory(self.spec.env)
             return self._envs
 
+    # -- artifacts ------------------------------------------------------------------------
+    @property
+    def artifacts_dir(self) -> Path:
+        """Where this stage writes files that are not rows (checkpoints, reports); the runner
+        owns it: it is cleared when the stage reruns fresh and fingerprinted when it is done."""
+        if not self.spec.artifacts_dir:
+            raise RuntimeError("this context has no artifacts folder (not run by the runner)")
+        path = Path(self.spec.artifacts_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def needed_artifacts(self) -> list[Path]:
+        """Artifact folders of the stages named in this stage's ``needs:``, in order."""
+        return [Path(p) for p in self.spec.artifacts_in.values()]
+
+    def artifact(self, stage_id: str) -> Path:
+        """The artifact folder of needed stage ``stage_id``."""
+        try:
+            return Path(self.spec.artifacts_in[stage_id])
+        except KeyError:
+            raise KeyError(
+                f"stage {self.stage_id!r} does not need {stage_id!r} "
+                f"(needs: {list(self.spec.artifacts_in)})"
+            ) from None
+
     # -- async ----------------------------------------------------------------------------
     def run(self, coro: Awaitable[T]) -> T:
         """Run a coroutine on the process's shared event loop and wait for its result."""
@@ -381,6 +409,9 @@ class Stage(ABC):
     #: True when the stage mostly waits on I/O (LLM calls): units then run concurrently in
     #: threads of one process sharing one event loop, instead of in a process pool
     io_bound: ClassVar[bool] = False
+    #: True when the stage writes files into ``ctx.artifacts_dir`` (e.g. a trained model)
+    #: that later stages use through ``needs:``
+    makes_artifact: ClassVar[bool] = False
     #: how many ``from:`` inputs the stage accepts (min, max); None = unbounded
     inputs_range: ClassVar[tuple[int, int | None]] = (1, 1)
 

@@ -71,6 +71,9 @@ class StageState(BaseModel):
     offset: int = 0
     next_shard: int = 0
     rows_in: int = 0
+    #: for stages that make artifacts: relative file → size, and a content fingerprint
+    artifact_files: dict[str, int] = Field(default_factory=dict)
+    artifact_fingerprint: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     #: how many times this stage's code was started in this run folder (cache tests read it)
     executions: int = 0
