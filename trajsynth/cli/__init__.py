@@ -38,6 +38,7 @@ COMMAND_MODULES = [
     "trajsynth.cli.data",
     "trajsynth.cli.quality",
     "trajsynth.cli.imports",
+    "trajsynth.cli.tools",
 ]
 
 for _module in COMMAND_MODULES:
