@@ -567,6 +567,7 @@ STAGES: dict[str, type[Stage]] = {}
 BUILTIN_STAGE_MODULES: list[str] = [
     "trajsynth.stages.utility",
     "trajsynth.stages.synthetic",
+    "trajsynth.stages.verify",
     "trajsynth.stages.score",
     "trajsynth.stages.filter",
     "trajsynth.stages.dedup",
