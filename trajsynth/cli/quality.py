@@ -394,15 +394,19 @@ def collect_report(run_dir: Path) -> Any:
         if folder is None or st.get("status") != "done" or not outs:
             continue
         tables[sid] = read_table([folder / s["file"] for s in outs], columns=STATS_COLUMNS)
-    # quality at every stage that has scores (from the first scored stage on)
+    # quality after every stage that has scores and changed the row count (score, filter,
+    # dedup, balance: annotating stages would only repeat the previous histogram)
     for sid, t in tables.items():
         q = t.column("quality_score")
-        if q.null_count < t.num_rows:
-            data.quality[sid] = pc.drop_null(q).to_numpy(zero_copy_only=False)
-    if len(data.quality) > 4:  # first, last and two in between at most
+        if q.null_count == t.num_rows:
+            continue
+        values = pc.drop_null(q).to_numpy(zero_copy_only=False)
+        last = list(data.quality.values())[-1] if data.quality else None
+        if last is None or len(last) != len(values):
+            data.quality[sid] = values
+    if len(data.quality) > 4:  # the first and the last three
         keys = list(data.quality)
-        keep = [keys[0], *keys[1:-1][-2:], keys[-1]]
-        data.quality = {k: data.quality[k] for k in keep}
+        data.quality = {k: data.quality[k] for k in [keys[0], *keys[-3:]]}
     # difficulty before/after balancing
     balance = data.summary.get("balance")
     if balance:
