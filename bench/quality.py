@@ -373,6 +373,7 @@ def main() -> None:
     cmp = compare_datasketch(cmp_table)
     del cmp_table
     gc.collect()
+    pa.default_memory_pool().release_unused()
     peak_compare = rss_mb()
 
     # 1) the rows
@@ -383,6 +384,7 @@ def main() -> None:
     batches = table.to_batches(max_chunksize=args.batch_rows)
     del table
     gc.collect()
+    pa.default_memory_pool().release_unused()  # give the generator's scratch memory back
     peak_generate = rss_mb()
     reset_peak()
     rss_start = rss_mb()
