@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -27,6 +27,9 @@ def _no_llm_cache(no_cache: bool) -> None:
 
         os.environ[NO_CACHE_ENV] = "1"  # read by every LLM client of this run (and workers)
 
+
+if TYPE_CHECKING:
+    from ..pipeline.runner import RunResult
 
 SetOption = Annotated[
     list[str] | None,
@@ -93,8 +96,13 @@ def run_single_stage(
     *,
     force: bool = False,
     quiet: bool = False,
-) -> None:
-    """Shared by `trajsynth stage` and the one-stage shortcuts (`filter`, `dedup`, ...)."""
+    show_counts: bool = True,
+) -> RunResult:
+    """Shared by `trajsynth stage` and the one-stage shortcuts (`filter`, `dedup`, ...).
+
+    Returns the run's result; ``show_counts=False`` leaves printing the stage's counts to the
+    caller (the shortcuts print their own tables).
+    """
     from ..pipeline.runner import Runner
     from ..pipeline.spec import resolve_pipeline
 
@@ -120,7 +128,7 @@ def run_single_stage(
     state = result.manifest.stages[name]
     if not quiet:
         counters = state.metrics.get("counters", {})
-        if counters:
+        if counters and show_counts:
             table = Table(title="counts", title_justify="left")
             table.add_column("metric")
             table.add_column("value", justify="right")
@@ -128,6 +136,7 @@ def run_single_stage(
                 table.add_row(k, f"{v:,.0f}" if float(v).is_integer() else f"{v:,.4f}")
             console.print(table)
         console.print(f"{state.rows_out():,} rows → {out}")
+    return result
 
 
 @app.command()
