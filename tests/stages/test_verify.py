@@ -9,7 +9,6 @@ Run: python -m pytest tests/stages/test_verify.py -q
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pytest
@@ -192,46 +191,34 @@ def test_rows_without_an_environment_skip_the_replay() -> None:
     assert out.success is False and out.failure_layer is None
 
 
-@dataclass
-class _Reply:
-    content: str
-
-
-@dataclass
-class _Choice:
-    message: _Reply
-
-
-class FakeJudge:
-    """Stands in for the `judge` role: passes a conversation unless it mentions Mars."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def chat(self, messages, tools=None, **kwargs):
-        self.calls += 1
-        text = messages[-1]["content"]
-        verdict = "no" if "Mars" in text else "yes"
-
-        @dataclass
-        class Result:
-            choices: list
-            error: str | None = None
-
-        return Result([_Choice(_Reply(json.dumps({"thought": "checked", "passes": verdict})))])
-
-
 def test_judge_layer_decides_when_enabled() -> None:
+    from trajsynth.llm.scripted import use_scripted
+
     good = gold_path(_writes_task())
     bad = good.derive(id="bad", goal="Fly me to Mars")
     ctx = Context(ContextSpec(stage_id="v"))
-    judge = FakeJudge()
-    ctx._llm_clients["judge"] = judge
+
+    def judge(request) -> str:  # passes a conversation unless it mentions Mars
+        verdict = "no" if "Mars" in request.messages[-1]["content"] else "yes"
+        return json.dumps({"thought": "checked", "passes": verdict})
+
+    backend = use_scripted(ctx, "judge", judge)
     stage = build_stage("verify", {"judge": True})
     out = [r for b in stage.process(iter([to_batch([good, bad])]), ctx) for r in to_records(b)]
-    assert [r.success for r in out] == [True, False] and judge.calls == 2
+    assert [r.success for r in out] == [True, False] and len(backend.requests) == 2
     assert out[1].failure_layer == "judge" and out[1].judge.verdict == "fail"
     assert out[0].judge.score == 1.0 and out[0].reward_components["judge"] == 1.0
+
+
+def test_simulated_judge_reads_the_apigen_contract() -> None:
+    # no `judge` role configured: the offline simulator answers from the request's metadata
+    good = gold_path(_writes_task())
+    ctx = Context(
+        ContextSpec(stage_id="v", llm={"judge": {"backend": "sim", "sim": {"judge_accuracy": 1.0}}})
+    )
+    stage = build_stage("verify", {"judge": True})
+    out = [r for b in stage.process(iter([to_batch([good])]), ctx) for r in to_records(b)]
+    assert out[0].judge is not None and out[0].judge.verdict == "pass" and out[0].success
 
 
 @pytest.fixture(scope="module")

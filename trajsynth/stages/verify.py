@@ -327,10 +327,28 @@ class Verify(RowStage):
             f"Available functions: {tools or '(none)'}\n\nUser request: {row.goal}\n\n"
             f"Conversation:\n{_conversation_text(row, cfg.judge_max_chars)}"
         )
+        calls = [{"name": c.name, "arguments": c.parsed_arguments() or {}} for c in row.calls()]
+        results = [m.content or "" for m in row.messages if m.role == "tool"]
+        gold = GroundTruth.from_json(row.ground_truth) if row.ground_truth else None
+        reference = (
+            [c.model_dump(include={"name", "arguments"}) for c in gold.flat_calls()]
+            if gold and gold.flat_calls()
+            else None
+        )
         result = await client.chat(
             [{"role": "system", "content": JUDGE_PROMPT}, {"role": "user", "content": prompt}],
+            tools=row.tools or None,
             temperature=0.0,
             seed=ctx.row_seed(row.id, "judge"),
+            # what the prompt says, for the simulated judge (llm/sim/contracts.py JudgeMeta)
+            metadata={
+                "role": "judge",
+                "mode": "apigen",
+                "query": row.goal,
+                "calls": calls,
+                "results": results,
+                "reference": reference,
+            },
         )
         ctx.metrics.inc("judge_calls")
         text = result.choices[0].message.content if getattr(result, "choices", None) else None
