@@ -44,6 +44,9 @@ def run(
     set_: SetOption = None,
     force: Annotated[bool, typer.Option("--force", help="Rerun every stage.")] = False,
     workers: Annotated[int | None, typer.Option(help="Processes for CPU-bound stages.")] = None,
+    executor: Annotated[
+        str | None, typer.Option(help="local | ray (map-stage units as Ray tasks).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
     no_cache: NoCacheOption = False,
 ) -> None:
@@ -55,6 +58,8 @@ def run(
     overrides = list(set_ or [])
     if workers is not None:
         overrides.append(f"defaults.workers={workers}")
+    if executor is not None:
+        overrides.append(f"defaults.executor={executor}")
     resolved = load_pipeline(pipeline, overrides, output=str(out) if out else None)
     reporter = RichReporter(quiet=quiet)
     try:

@@ -34,6 +34,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -107,9 +108,7 @@ class Runner:
         defaults = pipeline.spec.defaults
         self.run_dir = Path(run_dir or defaults.output or f"runs/{pipeline.name}")
         self.force = force
-        self.executor = executor or LocalExecutor(
-            defaults.workers, defaults.io_concurrency, defaults.pool_min_rows
-        )
+        self.executor = executor or _default_executor(defaults)
         self.reporter = reporter or Reporter()
         if layout not in ("pipeline", "single"):
             raise ValueError(layout)
@@ -507,6 +506,14 @@ class Runner:
         finally:
             stage.teardown()
         state.metrics = Metrics.merge(state.metrics, ctx.metrics.snapshot())
+
+
+def _default_executor(defaults: Any) -> Executor:
+    if defaults.executor == "ray":
+        from .executors import RayExecutor
+
+        return RayExecutor(defaults.ray_address)
+    return LocalExecutor(defaults.workers, defaults.io_concurrency, defaults.pool_min_rows)
 
 
 def _fingerprint_dir(folder: Path) -> tuple[dict[str, int], str]:
