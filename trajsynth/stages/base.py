@@ -576,6 +576,11 @@ STAGES: dict[str, type[Stage]] = {}
 BUILTIN_STAGE_MODULES: list[str] = [
     "trajsynth.stages.utility",
     "trajsynth.stages.synthetic",
+    "trajsynth.stages.magnet_tasks",
+    "trajsynth.stages.rejection_sampling",
+    "trajsynth.stages.director_actor",
+    "trajsynth.stages.tsr",
+    "trajsynth.stages.magnet_pairs",
 ]
 _loaded = False
 
