@@ -146,7 +146,7 @@ class GoldUser:
 @dataclass(frozen=True)
 class EpisodeLimits:
     max_steps: int = 32  # assistant messages in the whole episode
-    max_steps_per_turn: int = 8
+    max_steps_per_turn: int = 12
     max_followups: int = 2  # questions the user answers per turn
 
 

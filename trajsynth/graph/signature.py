@@ -22,9 +22,12 @@ can be passed as that argument. Built in networkx, in these steps:
    ``score = max(0.5 * name + 0.5 * description, description - 0.15)`` (a strong description
    match carries an edge alone: an airport ``code`` feeds ``origin``). ``name`` is 1 for
    identical names, else the overlap of their content words (``id``, ``ids``, ``name``...
-   carry no meaning alone), raised to 1 when the parameter's description names the producing
-   function ("Traveller id from find_user"); ids of different things never match
-   (``user_id`` does not feed ``booking_id``); ``description`` is the
+   carry no meaning alone), raised to 0.8 when the parameter's description names the
+   producing function ("Traveller id from find_user"), and for an untyped ``result`` the
+   share of the parameter's words that the tool's name holds (its description too, for an
+   id: "details of a user, including their orders" holds order ids); ids
+   of different things never match (``user_id`` does not feed ``booking_id``);
+   ``description`` is the
    similarity of "field path + description" and "parameter + description" from the injected
    scorer: lexical (TF cosine of content words, the default without the ``embed`` extra) or
    all-MiniLM-L6-v2 sentence embeddings (``trajsynth.core.embeddings``). Pairs scoring at
@@ -762,16 +765,19 @@ def build_graph(
     for fi, pi in pairs:
         f = all_fields[fi]
         tname, pname, schema, required = params[pi]
+        if id_like[pi] and _id_conflict(f, pname):
+            continue
         if f.path == "result" and f.types == (UNTYPED,):
             # an undescribed result: how much of the parameter's entity the tool names
             entity = _content(pname)
-            name = len(entity & set(words(f.tool))) / len(entity) * 0.8 if entity else 0.0
+            named = set(words(f.tool))
+            if id_like[pi]:  # "details of a user, including their orders" holds order ids
+                named |= set(words(f.description))
+            name = len(entity & named) / len(entity) if entity else 0.0
         else:
             name = name_similarity(f.leaf, pname)
         if _mentions(str(schema.get("description") or ""), f.tool):
-            name = 1.0
-        elif id_like[pi] and _id_conflict(f, pname):
-            continue
+            name = max(name, 0.8)
         d = float(desc[fpos[fi], ppos[pi]])
         score = max(0.5 * name + 0.5 * d, d - 0.15)
         if score < threshold:

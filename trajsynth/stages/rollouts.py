@@ -49,8 +49,8 @@ match what the user intended; (4) the results are irrelevant to the functions' p
 class RolloutLimits(StageConfig):
     """Episode limits shared by the rollout stages."""
 
-    max_steps: int = 24
-    max_steps_per_turn: int = 8
+    max_steps: int = 32
+    max_steps_per_turn: int = 12
     max_followups: int = 2
 
     def limits(self) -> EpisodeLimits:
