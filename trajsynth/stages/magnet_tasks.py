@@ -32,7 +32,9 @@ after candidate until ``tasks_per_domain`` tasks are made:
    the shared system prompt and the first request.
 
 Rows are made in candidate order, so a run resumed from an offset makes the same rows (the
-candidates before the offset are synthesized again, without keeping them).
+candidates before the offset are synthesized again, without keeping them). Every candidate is
+counted once: ``tasks``, ``dropped.<reason>``, or ``unused`` (made in the last block of a
+domain after its quota was reached).
 
 Deviations from Magnet: values come from the environment's state and the domain's example
 tasks instead of an LLM's forward translation (offline, and every value executes); Split's
@@ -138,6 +140,7 @@ class _Candidate:
     final_state_hash: str
     withheld: list[str]
     queries: list[str | None] = field(default_factory=list)
+    failure: str = "no_valid_query"
 
 
 @register
@@ -205,9 +208,11 @@ class MagnetTasks(SourceStage):
                 rows = []
                 for cand in block:
                     if count >= cfg.tasks_per_domain:
-                        break
+                        ctx.metrics.inc("unused")  # made in the last block, not needed
+                        continue
                     row = self.task_row(ctx, graph, cand)
                     if row is None:
+                        ctx.metrics.inc(f"dropped.{cand.failure}")
                         continue
                     count += 1
                     made += 1
@@ -397,7 +402,7 @@ class MagnetTasks(SourceStage):
             metadata=meta,
         )
         if not result.ok:
-            ctx.metrics.inc("dropped.query_writer_failed")
+            cand.failure = "query_writer_failed"
             return
         names = [tl["function"]["name"] for tl in tools]
         for q in _queries(result.choices[0].message.content):
@@ -406,7 +411,6 @@ class MagnetTasks(SourceStage):
                 cand.queries[t] = q
                 return
             ctx.metrics.inc(f"rejected_query.{why}")
-        ctx.metrics.inc("dropped.no_valid_query")
 
     # -- 6) the row --------------------------------------------------------------------------
     def task_row(self, ctx: Context, graph: SignatureGraph, cand: _Candidate) -> Trajectory | None:
