@@ -583,6 +583,11 @@ BUILTIN_STAGE_MODULES: list[str] = [
     "trajsynth.stages.diversity",
     "trajsynth.stages.difficulty",
     "trajsynth.stages.balance",
+    "trajsynth.stages.magnet_tasks",
+    "trajsynth.stages.rejection_sampling",
+    "trajsynth.stages.director_actor",
+    "trajsynth.stages.tsr",
+    "trajsynth.stages.magnet_pairs",
 ]
 _loaded = False
 
