@@ -245,3 +245,60 @@ def test_simulated_rollouts_never_flag_identical_actions() -> None:
         assert st["values"]["agent"] <= st["values"]["previous"]
     c = ctx.metrics.snapshot()["counters"]
     assert c["llm.reflector.requests"] == c["deviated"]
+
+
+def test_decide_early_stops_once_the_rule_is_decided() -> None:
+    listed = rollout([LIST, DONE], "a", success=False)
+    ctx, (mc, _) = scripted(gives_up_after_listing)
+    out = run([listed], ctx, expert="gold", decide_early=True)
+    st = out[0].extra["steca"]
+    # V(t−1) = 1.0 from 5 rollouts; one failing rollout after the listing already decides
+    # V_agent ≤ 1.0, so it is the only one taken
+    assert st["values"] == {"previous": 1.0, "agent": 0.0}
+    assert st["samples"]["agent"]["fresh"] == 1 and len(mc) == 3
+
+
+def test_turn_horizon_ends_rollouts_with_the_steps_turn() -> None:
+    read = {"path": WRITE["path"]}
+    gold2 = GOLD.model_copy(
+        update={
+            "turns": [
+                GOLD.turns[0],
+                GoldTurn(request="Now read it back.",
+                         steps=[[GoldCall(name="read_file", arguments=read)]]),
+            ]
+        }
+    )  # fmt: skip
+
+    def two_turns(req: ChatRequest) -> RawChoice:
+        users = sum(1 for m in req.messages if m["role"] == "user")
+        done = names(req)
+        if users == 1:
+            if "list_directory" in done or "write_file" in done:
+                return RawChoice(content="Done.")
+            return RawChoice(tool_calls=[{"id": "w", "name": "write_file",
+                                          "arguments": json.dumps(WRITE)}])  # fmt: skip
+        if "read_file" in done:
+            return RawChoice(content="It says Minutes.")
+        return RawChoice(
+            tool_calls=[{"id": "r", "name": "read_file", "arguments": json.dumps(read)}]
+        )
+
+    env = FACTORY.make("files", seed=0)
+    steps = [LIST, DONE, step("read_file", **read), DONE]
+    result, _ = asyncio.run(play_steps(gold2, env, OPENING, steps, tools=TOOLS))
+    agent = Trajectory(id="a", task_id="files-minutes-2", goal=GOAL, domain="files",
+                       ground_truth=gold2.model_dump(mode="json"), tools=TOOLS,
+                       messages=result.messages, success=False)  # fmt: skip
+    counts = {}
+    for horizon in ("turn", "episode"):
+        ctx, (mc, _) = scripted(two_turns)
+        out = run([agent], ctx, expert="gold", horizon=horizon)
+        assert out[0].extra["steca"]["values"] == {"previous": 1.0, "agent": 0.0}
+        assert out[0].extra["steca"]["horizon"] == horizon
+        counts[horizon] = len(mc)
+        if horizon == "turn":  # no rollout ever reached the second request
+            assert all(sum(m["role"] == "user" for m in r.messages) == 1 for r in mc)
+    # turn: write + answer from the start, an answer after the listing; episode: both go on
+    # into the second turn (read + answer)
+    assert counts == {"turn": 3, "episode": 7}
