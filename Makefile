@@ -59,5 +59,25 @@ data/split: data/raw
 data/sampled: data/split
 	$(TS) stage sample --in $< --out $@ --set n=1000
 
+# the quality chain: raw → verified → scored → filtered → deduped → graded → balanced
+data/verified: data/raw
+	$(TS) stage verify --in $< --out $@ -q
+
+data/scored: data/verified
+	$(TS) stage score --in $< --out $@ -q
+
+data/filtered: data/scored
+	$(TS) filter $< --out $@ --min-quality 0.7
+
+data/deduped: data/filtered
+	$(TS) dedup $< --out $@
+
+data/graded: data/deduped
+	$(TS) stage difficulty --in $< --out $@ -q
+
+data/balanced: data/graded
+	$(TS) balance $< --out $@ --mix 0.3,0.5,0.2 --keep-all
+
 clean:
-	rm -rf runs/ data/raw data/split data/sampled .pytest_cache
+	rm -rf runs/ data/raw data/split data/sampled data/verified data/scored data/filtered \
+		data/deduped data/graded data/balanced .pytest_cache

@@ -36,6 +36,8 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "trajsynth.cli.run",
     "trajsynth.cli.data",
+    "trajsynth.cli.quality",
+    "trajsynth.cli.imports",
     "trajsynth.cli.tools",
     "trajsynth.cli.serve",
 ]

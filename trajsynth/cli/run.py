@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -28,6 +28,9 @@ def _no_llm_cache(no_cache: bool) -> None:
         os.environ[NO_CACHE_ENV] = "1"  # read by every LLM client of this run (and workers)
 
 
+if TYPE_CHECKING:
+    from ..pipeline.runner import RunResult
+
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a value: stages.<id>.with.<key>=VALUE, defaults.seed=3"),
@@ -41,6 +44,9 @@ def run(
     set_: SetOption = None,
     force: Annotated[bool, typer.Option("--force", help="Rerun every stage.")] = False,
     workers: Annotated[int | None, typer.Option(help="Processes for CPU-bound stages.")] = None,
+    executor: Annotated[
+        str | None, typer.Option(help="local | ray (map-stage units as Ray tasks).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
     no_cache: NoCacheOption = False,
 ) -> None:
@@ -52,6 +58,8 @@ def run(
     overrides = list(set_ or [])
     if workers is not None:
         overrides.append(f"defaults.workers={workers}")
+    if executor is not None:
+        overrides.append(f"defaults.executor={executor}")
     resolved = load_pipeline(pipeline, overrides, output=str(out) if out else None)
     reporter = RichReporter(quiet=quiet)
     try:
@@ -93,8 +101,13 @@ def run_single_stage(
     *,
     force: bool = False,
     quiet: bool = False,
-) -> None:
-    """Shared by `trajsynth stage` and the one-stage shortcuts (`filter`, `dedup`, ...)."""
+    show_counts: bool = True,
+) -> RunResult:
+    """Shared by `trajsynth stage` and the one-stage shortcuts (`filter`, `dedup`, ...).
+
+    Returns the run's result; ``show_counts=False`` leaves printing the stage's counts to the
+    caller (the shortcuts print their own tables).
+    """
     from ..pipeline.runner import Runner
     from ..pipeline.spec import resolve_pipeline
 
@@ -120,7 +133,7 @@ def run_single_stage(
     state = result.manifest.stages[name]
     if not quiet:
         counters = state.metrics.get("counters", {})
-        if counters:
+        if counters and show_counts:
             table = Table(title="counts", title_justify="left")
             table.add_column("metric")
             table.add_column("value", justify="right")
@@ -128,6 +141,7 @@ def run_single_stage(
                 table.add_row(k, f"{v:,.0f}" if float(v).is_integer() else f"{v:,.4f}")
             console.print(table)
         console.print(f"{state.rows_out():,} rows → {out}")
+    return result
 
 
 @app.command()

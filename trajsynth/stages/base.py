@@ -586,6 +586,13 @@ STAGES: dict[str, type[Stage]] = {}
 BUILTIN_STAGE_MODULES: list[str] = [
     "trajsynth.stages.utility",
     "trajsynth.stages.synthetic",
+    "trajsynth.stages.verify",
+    "trajsynth.stages.score",
+    "trajsynth.stages.filter",
+    "trajsynth.stages.dedup",
+    "trajsynth.stages.diversity",
+    "trajsynth.stages.difficulty",
+    "trajsynth.stages.balance",
     "trajsynth.stages.magnet_tasks",
     "trajsynth.stages.rejection_sampling",
     "trajsynth.stages.director_actor",
