@@ -207,9 +207,9 @@ def test_embedding_similarity_wiring() -> None:
     }
 
 
+@pytest.mark.slow
 def test_real_embeddings_when_installed() -> None:
-    pytest.importorskip("trajsynth.core.embeddings", reason="issue 5's embeddings not merged yet")
-    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("sentence_transformers", reason="the embed extra is not installed")
     g = build_graph(BUILTIN_DOMAINS["travel"].toolset(), GraphConfig(similarity="embedding"))
     assert g.similarity == "embedding"
     assert {f.param for f in g.feeds("find_airports", "search_flights")} == {
