@@ -1,9 +1,11 @@
-"""``trajsynth tools``: import tool specifications written by others, and look at toolsets.
+"""``trajsynth tools``: import tool specifications written by others, look at toolsets, and
+build their function-signature graph.
 
     trajsynth tools import ../shared/external/bfcl/BFCL_v4_simple_python.json --format bfcl \\
         --out toolset.json
     trajsynth tools show toolset.json            # a table of tools; import failures listed
     trajsynth tools show travel --tool book_flight   # a built-in domain; one tool in full
+    trajsynth tools graph travel --out graph.json --plot graph.png   # function-signature graph
 """
 
 from __future__ import annotations
@@ -140,3 +142,69 @@ def show(
         else:
             console.print(f"[dim]{len(ts.duplicates)} names were defined more than once in the "
                           "source (first kept); --failures lists them[/]")  # fmt: skip
+
+
+@tools_app.command("graph")
+def graph(
+    target: Annotated[
+        str, typer.Argument(help="toolset.json, OpenAI tools JSON, a domain, or a foreign spec.")
+    ],
+    fmt: Annotated[
+        str | None,
+        typer.Option("--format", "-f", help="Import TARGET from this format first (see import)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write the graph (node-link JSON).")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Draw the function graph to an image.")
+    ] = None,
+    similarity: Annotated[
+        str, typer.Option(help="Description similarity: auto, lexical or embedding.")
+    ] = "auto",
+    threshold: Annotated[
+        float | None, typer.Option(help="Lowest edge score (default per similarity).")
+    ] = None,
+    edges: Annotated[int, typer.Option(help="Function edges listed (0: none).")] = 25,
+) -> None:
+    """The function-signature graph: node, edge and component counts; edges; a drawing."""
+    from ..graph import GraphConfig, build_graph
+
+    if fmt is not None:
+        from ..envs.importers import import_tools
+
+        ts = import_tools(Path(target), fmt)
+    else:
+        ts = _load(target)
+    try:
+        config = GraphConfig(similarity=similarity, threshold=threshold)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise UserError(f"invalid graph option: {exc.errors()[0]['msg']}") from None  # type: ignore[attr-defined]
+    g = build_graph(ts, config)
+    s = g.stats()
+    console.print(
+        f"[bold]{ts.name or target}[/]: {s['nodes']} nodes ({s['functions']} functions, "
+        f"{s['parameters']} parameters, {s['return_fields']} return fields), {s['edges']} edges "
+        f"({s['feeds_edges']} data-flow), {s['dependent_pairs']} dependent function pairs "
+        f"({s['prerequisite_pairs']} prerequisites), {s['components']} components "
+        f"({s['isolated_functions']} isolated functions); similarity {s['similarity']}"
+    )
+    if edges:
+        table = Table(title="function edges (best first)", title_justify="left")
+        table.add_column("source")
+        table.add_column("target")
+        table.add_column("feeds (field → parameter, score)")
+        table.add_column("prereq", justify="center")
+        ranked = sorted(g.fg.edges(data=True), key=lambda e: (-e[2]["score"], e[0], e[1]))
+        for src, dst, data in ranked[:edges]:
+            feeds = ", ".join(f"{f.field} → {f.param} {f.score:.2f}" for f in data["feeds"][:3])
+            table.add_row(src, dst, feeds, "✓" if data["prerequisite"] else "")
+        if len(ranked) > edges:
+            table.add_row(f"… {len(ranked) - edges} more", "", "(--edges N lists more)", "")
+        console.print(table)
+    if out is not None:
+        g.save(out)
+        console.print(f"graph → {out}")
+    if plot is not None:
+        g.plot(plot)
+        console.print(f"drawing → {plot}")

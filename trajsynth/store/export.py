@@ -13,6 +13,13 @@ of nulls; chat templates such as Qwen3's accept strings), reasoning goes to
 
 ``jsonl``: every column of every row, JSON columns decoded (the row format of
 ``schemas/trajectory.schema.json``).
+
+``dpo``: preference pairs in TRL's conversational DPO layout, one JSON object per line with
+``prompt``, ``chosen`` and ``rejected`` (lists of chat messages) plus ``tools`` and ``id``,
+from rows that carry a pair in ``extra["dpo"]`` (``{"prompt_len", "chosen_len",
+"rejected"}``: ``messages[:prompt_len]`` is the prompt, the next ``chosen_len`` messages the
+chosen continuation, ``rejected`` the rejected one), as the ``magnet_pairs`` stage writes to
+its ``pairs`` output. Rows without a pair are skipped; none at all is an error.
 """
 
 from __future__ import annotations
@@ -28,9 +35,9 @@ from ..core.errors import UserError
 from ..core.schema import Message, Trajectory
 from .shards import iter_batches
 
-__all__ = ["EXPORT_FORMATS", "export", "to_chat_message", "to_trl_row"]
+__all__ = ["EXPORT_FORMATS", "export", "to_chat_message", "to_dpo_row", "to_trl_row"]
 
-EXPORT_FORMATS = ("trl", "jsonl", "hf")
+EXPORT_FORMATS = ("trl", "jsonl", "hf", "dpo")
 
 
 def to_chat_message(m: Message) -> dict[str, Any]:
@@ -55,6 +62,29 @@ def to_trl_row(t: Trajectory) -> dict[str, Any]:
         "messages": [to_chat_message(m) for m in t.messages],
         "tools": json.dumps(t.tools, ensure_ascii=False),
     }
+
+
+def to_dpo_row(t: Trajectory) -> dict[str, Any] | None:
+    """The TRL DPO record of a row holding a pair in ``extra["dpo"]`` (None otherwise)."""
+    pair = t.extra.get("dpo") if isinstance(t.extra, dict) else None
+    if not isinstance(pair, dict):
+        return None
+    k, n = int(pair["prompt_len"]), int(pair["chosen_len"])
+    rejected = [Message.model_validate(m) for m in pair.get("rejected", [])]
+    return {
+        "id": t.id,
+        "prompt": [to_chat_message(m) for m in t.messages[:k]],
+        "chosen": [to_chat_message(m) for m in t.messages[k : k + n]],
+        "rejected": [to_chat_message(m) for m in rejected],
+        "tools": json.dumps(t.tools, ensure_ascii=False),
+    }
+
+
+def _dpo_rows(path: str | Path) -> Iterator[dict[str, Any]]:
+    for r in _records(path):
+        row = to_dpo_row(r)
+        if row is not None:
+            yield row
 
 
 def _records(path: str | Path) -> Iterator[Trajectory]:
@@ -87,6 +117,16 @@ def export(path: str | Path, fmt: str, dest: str | Path) -> tuple[int, Path]:
     if fmt == "trl":
         target = dest if dest.suffix == ".jsonl" else dest / "train.jsonl"
         n = _atomic_jsonl(target, (to_trl_row(r) for r in _records(path)))
+        return n, target
+    if fmt == "dpo":
+        target = dest if dest.suffix == ".jsonl" else dest / "dpo.jsonl"
+        n = _atomic_jsonl(target, _dpo_rows(path))
+        if n == 0:
+            target.unlink(missing_ok=True)
+            raise UserError(
+                f"{path} holds no chosen/rejected pairs",
+                hint="export the `pairs` output of a magnet_pairs stage (runs/<run>/<stage>/pairs)",
+            )
         return n, target
     # hf
     try:

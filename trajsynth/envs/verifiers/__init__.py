@@ -3,7 +3,9 @@ plain data (calls, :class:`~trajsynth.core.GroundTruth`, :class:`~trajsynth.core
 
 - :mod:`.schema`: a call against the offered tools, one category per kind of error;
 - :mod:`.call_match`: BFCL AST matching and LoopTool's exact-multiset reward;
-- :mod:`.final_state`: tau-bench final-state replay and required outputs.
+- :mod:`.final_state`: tau-bench final-state replay and required outputs;
+- :mod:`.episode`: APIGen's layered check of a played episode (format → execution → final
+  state → outputs → call match), naming the first failing layer.
 """
 
 from .call_match import (
@@ -15,6 +17,7 @@ from .call_match import (
     match_parallel,
     standardize_string,
 )
+from .episode import LAYERS, EpisodeVerdict, verify_episode
 from .final_state import (
     FinalStateResult,
     final_state_match,
@@ -25,7 +28,9 @@ from .final_state import (
 from .schema import SCHEMA_CATEGORIES, SchemaIssue, check_arguments, check_call, check_trajectory
 
 __all__ = [
+    "LAYERS",
     "SCHEMA_CATEGORIES",
+    "EpisodeVerdict",
     "FinalStateResult",
     "MatchResult",
     "SchemaIssue",
@@ -41,5 +46,6 @@ __all__ = [
     "replay",
     "required_outputs_present",
     "standardize_string",
+    "verify_episode",
     "verify_trajectory",
 ]
