@@ -97,9 +97,7 @@ def requests(manifest: dict[str, Any], stage: str) -> dict[str, float]:
 
 
 def tokens(manifest: dict[str, Any], stage: str) -> float:
-    return sum(
-        v for k, v in counters(manifest, stage).items() if k.endswith(".completion_tokens")
-    )
+    return sum(v for k, v in counters(manifest, stage).items() if k.endswith(".completion_tokens"))
 
 
 def verified(path: Path) -> tuple[int, dict[str, int]]:
@@ -134,7 +132,8 @@ def main() -> None:
         base_tok = tokens(manifest, "rollouts")
         repair_tok = base_tok + tokens(manifest, "echo") + tokens(manifest, "steca")
         figures: dict[str, Any] = {}
-        for arm, calls, tok in (("base", base_calls, base_tok), ("repair", repair_calls, repair_tok)):
+        arms = (("base", base_calls, base_tok), ("repair", repair_calls, repair_tok))
+        for arm, calls, tok in arms:
             n, by = verified(result.output(f"{arm}_filtered"))
             d, _ = verified(result.output(f"{arm}_deduped"))
             figures[arm] = {
@@ -149,14 +148,17 @@ def main() -> None:
     success = rs.get("passed", 0) / max(1, rs.get("rollouts", 1))
     b, r = figures["base"], figures["repair"]
     ratio = r["per_1k_calls"] / b["per_1k_calls"] if b["per_1k_calls"] else 0.0
-    ratio_distinct = (
-        r["distinct_per_1k_calls"] / b["distinct_per_1k_calls"] if b["distinct_per_1k_calls"] else 0.0
-    )
+    base_distinct = b["distinct_per_1k_calls"]
+    ratio_distinct = r["distinct_per_1k_calls"] / base_distinct if base_distinct else 0.0
     ratio_tokens = r["per_1m_tokens"] / b["per_1m_tokens"] if b["per_1m_tokens"] else 0.0
-    print(f"tasks: {counters(manifest, 'tasks').get('tasks', 0):.0f}; teacher success "
-          f"{success:.1%} over {rs.get('rollouts', 0):.0f} rollouts; run {seconds:.1f}s")
-    print(f"calls: rejection {base_calls:.0f}, echo {repair_parts['echo']:.0f}, "
-          f"steca {repair_parts['steca']:.0f}")
+    print(
+        f"tasks: {counters(manifest, 'tasks').get('tasks', 0):.0f}; teacher success "
+        f"{success:.1%} over {rs.get('rollouts', 0):.0f} rollouts; run {seconds:.1f}s"
+    )
+    print(
+        f"calls: rejection {base_calls:.0f}, echo {repair_parts['echo']:.0f}, "
+        f"steca {repair_parts['steca']:.0f}"
+    )
     print(f"{'arm':<28}{'verified':>10}{'calls':>9}{'per 1k':>9}{'distinct':>10}{'per 1k':>9}")
     for name, f in (("rejection sampling", b), ("rejection + ECHO + STeCa", r)):
         print(
@@ -164,8 +166,10 @@ def main() -> None:
             f"{f['distinct']:>10}{f['distinct_per_1k_calls']:>9.1f}"
         )
     print(f"by method (repair arm): {r['by_method']}")
-    print(f"ratio {ratio:.2f}x per call (distinct: {ratio_distinct:.2f}x; per token: "
-          f"{ratio_tokens:.2f}x)")
+    print(
+        f"ratio {ratio:.2f}x per call (distinct: {ratio_distinct:.2f}x; per token: "
+        f"{ratio_tokens:.2f}x)"
+    )
     print(
         json.dumps(
             {

@@ -42,5 +42,12 @@ def test_pipeline_runs_offline(name: str, tmp_path: Path) -> None:
     if name == "tsr":
         plain = read_records(result.output("plain"))
         assert sum(r.success for r in rows) >= sum(r.success for r in plain)
+    # the pipelines end with issue 5's verify (an independent replay) and filter
+    verified = read_records(result.output("verified"))
+    assert len(verified) == len(rows)
+    if name in ("rejection", "magnet"):  # rows kept as successes pass the replay too
+        assert all(r.success for r in verified)
+    filtered = read_records(result.output("filtered"))
+    assert {r.id for r in filtered} <= {r.id for r in verified}
     again = run_pipeline(name, out=tmp_path, overrides=SMALL)
     assert again.executed == [] and set(again.skipped) == set(result.executed)

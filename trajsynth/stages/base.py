@@ -506,13 +506,23 @@ class RowStage(MapStage):
     def _is_async(self) -> bool:
         return type(self).aprocess_row is not RowStage.aprocess_row
 
+    def priority(self, row: Trajectory) -> float:
+        """Async stages start the rows of a batch highest priority first (e.g. the longest
+        expected work, so that the batch does not end waiting on a few long rows); the output
+        keeps the input order. Default: input order."""
+        return 0.0
+
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         for batch in _rebatch(batches, self.batch_rows):
             rows = to_records(batch)
             if self._is_async():
-                results = ctx.gather(
-                    (self.aprocess_row(r, ctx) for r in rows), limit=self.concurrency
+                order = sorted(range(len(rows)), key=lambda i: -self.priority(rows[i]))
+                done = ctx.gather(
+                    (self.aprocess_row(rows[i], ctx) for i in order), limit=self.concurrency
                 )
+                results: list[Any] = [None] * len(rows)
+                for i, res in zip(order, done, strict=True):
+                    results[i] = res
             else:
                 results = [list(self.process_row(r, ctx)) for r in rows]
             yield from _split_emits([x for res in results for x in res])

@@ -41,8 +41,8 @@ from ..core.task import GroundTruth
 from ..envs.episode import run_episode
 from ..envs.verifiers.episode import verify_episode
 from .base import Context, RowStage, StageConfig, register
-from .policies import LLMPolicy, LLMUser, PolicyError
-from .rollouts import RolloutLimits, episode_row, make_env, task_of
+from .policies import LLMPolicy, LLMUser, PolicyError, sim_task
+from .rollouts import RolloutLimits, episode_row, expected_steps, make_env, task_of
 
 __all__ = ["DIRECTOR_PROMPT", "ActorSpec", "DirectorActor", "DirectorActorConfig"]
 
@@ -111,6 +111,9 @@ class DirectorActor(RowStage):
     io_bound = True
     concurrency = 64
 
+    def priority(self, row: Trajectory) -> float:
+        return expected_steps(row)  # longest episodes first
+
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory]:
         cfg: DirectorActorConfig = self.config  # type: ignore[assignment]
         gt, opening = task_of(row)
@@ -138,7 +141,7 @@ class DirectorActor(RowStage):
         )
         meta: dict[str, Any] = {"role": cfg.director_role, "num_turns": n}
         if gt is not None:
-            meta["ground_truth"] = gt.model_dump(mode="json")
+            meta["ground_truth"] = sim_task(gt)
         result = await ctx.llm(cfg.director_role).chat(
             [
                 Message(role="system", content=DIRECTOR_PROMPT.format(n=n, tools=described)),

@@ -74,7 +74,7 @@ from ..graph import GraphConfig, OperationError, SignatureGraph, build_graph
 from ..graph.ops import Binding, PathCall, problems
 from .base import Context, GlobalStage, Output, StageConfig, register
 from .grounding import PlanFailed, PlannedCall, ValuePool, execute_plan
-from .policies import LLMPolicy, PolicyError
+from .policies import LLMPolicy, PolicyError, sim_task
 from .rollouts import RolloutLimits, make_env, task_of
 
 __all__ = [
@@ -454,7 +454,7 @@ class _Reasoner:
             seed=self.seed,
             metadata={
                 "role": self.role,
-                "ground_truth": self.gt.model_dump(mode="json"),
+                "ground_truth": sim_task(self.gt),
                 "hint": bool(self.hints),
                 "attempt": self.attempt,
             },

@@ -43,7 +43,7 @@ from ..envs.verifiers.call_match import match_parallel
 from ..envs.verifiers.episode import verify_episode
 from .base import Context, Emit, RowStage, StageConfig, register
 from .policies import LLMPolicy, PolicyError
-from .rollouts import RolloutLimits, episode_row, judge_episode, make_env, task_of
+from .rollouts import RolloutLimits, episode_row, expected_steps, judge_episode, make_env, task_of
 
 __all__ = ["MagnetPairs", "MagnetPairsConfig", "first_wrong_turn"]
 
@@ -100,6 +100,9 @@ class MagnetPairs(RowStage):
     outputs = ("main", "pairs")
     io_bound = True
     concurrency = 32
+
+    def priority(self, row: Trajectory) -> float:
+        return expected_steps(row)  # longest episodes first
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
         cfg: MagnetPairsConfig = self.config  # type: ignore[assignment]

@@ -43,11 +43,14 @@ miss-param node is the turn lacking the value (see :mod:`trajsynth.graph.ops`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
 import re
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +129,12 @@ class MagnetTasksConfig(StageConfig):
     env_seeds: list[int] = Field(default_factory=lambda: [0], description="Environment seeds.")
     query_role: str = Field("query_writer", description="LLM role of the back-translation.")
     n_queries: int = Field(3, ge=1, le=10, description="Phrasings asked per turn.")
-    block: int = Field(16, ge=1, description="Candidates whose requests are written at once.")
+    block: int = Field(
+        32,
+        ge=1,
+        description="Candidates per block; a block's requests are written at once, "
+        "while the next block is synthesized.",
+    )
     system_prompt: str | None = Field(None, description="Overrides the shared system prompt.")
 
 
@@ -192,40 +200,54 @@ class MagnetTasks(SourceStage):
         cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
         domains = cfg.domains or ctx.envs.domains()
         made = 0
-        for domain in domains:
-            graph = self.graph(ctx, domain)
-            limit = cfg.max_candidates or 6 * cfg.tasks_per_domain
-            count, k = 0, 0
-            while count < cfg.tasks_per_domain and k < limit:
-                block: list[_Candidate] = []
-                while len(block) < cfg.block and k < limit:
-                    ctx.metrics.inc("candidates")
-                    cand = self.synthesize(ctx, graph, domain, k)
-                    k += 1
-                    if cand is not None:
-                        block.append(cand)
-                ctx.run(self.translate(ctx, graph, block))
-                rows = []
-                for cand in block:
-                    if count >= cfg.tasks_per_domain:
-                        ctx.metrics.inc("unused")  # made in the last block, not needed
-                        continue
-                    row = self.task_row(ctx, graph, cand)
-                    if row is None:
-                        ctx.metrics.inc(f"dropped.{cand.failure}")
-                        continue
-                    count += 1
-                    made += 1
-                    if made > offset:
-                        rows.append(row)
-                ctx.metrics.inc("tasks", len(rows))
-                if rows:
-                    yield to_batch(rows)
-            if count < cfg.tasks_per_domain:
-                ctx.log.warning(
-                    "magnet_tasks: %s gave %d of %d tasks from %d candidates",
-                    domain, count, cfg.tasks_per_domain, k,
-                )  # fmt: skip
+        # the requests of one block are written while the next block is synthesized
+        with ThreadPoolExecutor(1, thread_name_prefix="magnet-queries") as pool:
+            for domain in domains:
+                graph = self.graph(ctx, domain)
+                limit = cfg.max_candidates or 6 * cfg.tasks_per_domain
+                count, k = 0, 0
+                pending: deque[tuple[list[_Candidate], Future[None]]] = deque()
+                while count < cfg.tasks_per_domain:
+                    if k < limit:
+                        block: list[_Candidate] = []
+                        while len(block) < cfg.block and k < limit:
+                            ctx.metrics.inc("candidates")
+                            cand = self.synthesize(ctx, graph, domain, k)
+                            k += 1
+                            if cand is not None:
+                                block.append(cand)
+                        job = pool.submit(ctx.run, self.translate(ctx, graph, block))
+                        pending.append((block, job))
+                        if len(pending) < 2 and k < limit:
+                            continue
+                    if not pending:
+                        break
+                    done, job = pending.popleft()
+                    job.result()
+                    rows = []
+                    for cand in done:
+                        if count >= cfg.tasks_per_domain:
+                            ctx.metrics.inc("unused")  # made after the quota was reached
+                            continue
+                        row = self.task_row(ctx, graph, cand)
+                        if row is None:
+                            ctx.metrics.inc(f"dropped.{cand.failure}")
+                            continue
+                        count += 1
+                        made += 1
+                        if made > offset:
+                            rows.append(row)
+                    ctx.metrics.inc("tasks", len(rows))
+                    if rows:
+                        yield to_batch(rows)
+                for extra, job in pending:  # blocks in flight when the quota was reached
+                    job.result()
+                    ctx.metrics.inc("unused", len(extra))
+                if count < cfg.tasks_per_domain:
+                    ctx.log.warning(
+                        "magnet_tasks: %s gave %d of %d tasks from %d candidates",
+                        domain, count, cfg.tasks_per_domain, k,
+                    )  # fmt: skip
 
     # -- 2-4) one candidate ----------------------------------------------------------------
     def path(self, graph: SignatureGraph, rng: random.Random) -> FSP:
@@ -347,8 +369,6 @@ class MagnetTasks(SourceStage):
                     self._query(ctx, client, tools, cand, t, plan, executed, list(previous))
                 )
                 previous.append(f"turn {t + 1}: calls {[c.tool for c in executed]}")
-        import asyncio
-
         await asyncio.gather(*jobs)
 
     async def _query(

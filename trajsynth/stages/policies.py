@@ -38,11 +38,22 @@ __all__ = [
     "PolicyError",
     "edge_judge",
     "format_calls",
+    "sim_task",
 ]
 
 
 class PolicyError(Exception):
     """An LLM request failed for good; the rollout cannot go on."""
+
+
+#: what the simulator needs of a task's ground truth: not the calls' recorded outputs nor
+#: ``extra`` (bindings, paths), which only make every request larger
+_SLIM = {"extra": True, "turns": {"__all__": {"steps": {"__all__": {"__all__": {"output"}}}}}}
+
+
+def sim_task(task: GroundTruth) -> dict[str, Any]:
+    """The ground truth as the simulated roles read it from request metadata."""
+    return task.model_dump(mode="json", exclude=_SLIM)  # type: ignore[arg-type]
 
 
 def format_calls(steps: Sequence[Sequence[GoldCall]]) -> str:
@@ -81,13 +92,14 @@ class LLMPolicy:
         self.sample_index = sample
         self.max_tokens = max_tokens
         self.requests = 0
+        self._task_json = sim_task(task) if task is not None else None
 
     def _metadata(self, turn: int) -> dict[str, Any] | None:
-        if self.task is None:
+        if self._task_json is None:
             return None
         meta: dict[str, Any] = {
             "role": self.role,
-            "ground_truth": self.task.model_dump(mode="json"),
+            "ground_truth": self._task_json,
             "sample": self.sample_index,
         }
         if self.hint or turn in self.hint_steps:
@@ -183,6 +195,7 @@ class LLMUser:
         self.persona = persona
         self.stop_token = stop_token
         self.max_turns = max_turns
+        self._task_json = sim_task(task) if task is not None else None
 
     async def __call__(self, messages: Sequence[Message], event: UserEvent) -> str | None:
         if event.kind == "answered" and event.turn + 1 >= self.max_turns:
@@ -199,7 +212,7 @@ class LLMUser:
         )
         meta = None
         if self.task is not None:
-            meta = {"role": self.role, "ground_truth": self.task.model_dump(mode="json")}
+            meta = {"role": self.role, "ground_truth": self._task_json}
             if self.persona:
                 meta["persona"] = self.persona
             meta["stop_token"] = self.stop_token

@@ -23,6 +23,10 @@ For each task row:
    read. Read both outputs together for unbiased pass@k: ``trajsynth stats
    'runs/x/rollouts/**/*.parquet'``.
 
+Scheduling: tasks start longest expected episode first and at most ``episodes_in_flight``
+episodes play at once (twice the role's endpoint concurrency by default), so long episodes
+are not left for last with the endpoint half empty (``bench/generation.py``).
+
 Metrics: ``tasks``, ``tasks_solved``, ``rollouts``, ``passed``, ``rejected.<layer>``.
 """
 
@@ -38,7 +42,14 @@ from ..envs.episode import Episode, PolicyStep
 from ..envs.verifiers.episode import EpisodeVerdict, verify_episode
 from .base import Context, Emit, RowStage, StageConfig, register
 from .policies import LLMPolicy, PolicyError
-from .rollouts import RolloutLimits, episode_row, judge_episode, make_env, task_of
+from .rollouts import (
+    RolloutLimits,
+    episode_row,
+    expected_steps,
+    judge_episode,
+    make_env,
+    task_of,
+)
 
 __all__ = ["RejectionSampling", "RejectionSamplingConfig"]
 
@@ -67,6 +78,12 @@ class RejectionSamplingConfig(StageConfig):
     keep: Literal["all", "first"] = Field(
         "all", description="Keep every successful rollout of a task, or only the first."
     )
+    episodes_in_flight: int | None = Field(
+        None,
+        ge=1,
+        description="Episodes played at once (default: twice the role's max_concurrency), "
+        "longest tasks first, so that the endpoint stays full to the end of a batch.",
+    )
     limits: RolloutLimits = Field(default_factory=RolloutLimits, description="Episode limits.")
 
 
@@ -90,6 +107,25 @@ class RejectionSampling(RowStage):
     outputs = ("main", "failed")
     io_bound = True
     concurrency = 64
+
+    def setup(self, ctx: Context) -> None:
+        self._slots: dict[Any, asyncio.Semaphore] = {}
+
+    def _episode_slots(self, ctx: Context) -> asyncio.Semaphore:
+        """One semaphore per event loop bounding the episodes in flight."""
+        cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
+        if not hasattr(self, "_slots"):
+            self._slots = {}
+        loop = asyncio.get_running_loop()
+        if loop not in self._slots:
+            n = cfg.episodes_in_flight or 2 * ctx.llm(cfg.role).config.max_concurrency
+            self._slots[loop] = asyncio.Semaphore(n)
+        return self._slots[loop]
+
+    def priority(self, row: Trajectory) -> float:
+        """Longest expected episodes first (gold steps and turns), so a batch does not end
+        waiting on a few long rollouts with the endpoint half empty."""
+        return expected_steps(row)
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
         cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
@@ -144,6 +180,19 @@ class RejectionSampling(RowStage):
         return out
 
     async def _rollout(
+        self,
+        ctx: Context,
+        row: Trajectory,
+        gt: Any,
+        opening: list[Any],
+        r: int,
+        first: PolicyStep | None,
+        first_error: str | None,
+    ) -> tuple[Any, EpisodeVerdict, Any]:
+        async with self._episode_slots(ctx):
+            return await self._play(ctx, row, gt, opening, r, first, first_error)
+
+    async def _play(
         self,
         ctx: Context,
         row: Trajectory,

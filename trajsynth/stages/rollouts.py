@@ -5,6 +5,8 @@ made from a played episode.
 - :func:`task_of`: (ground truth, opening messages) of a task row: its ``messages`` up to the
   first assistant message, or the shared system prompt and the first gold request;
 - :func:`make_env`: ``ctx.envs.make`` for the row's domain, seeded as the task says;
+- :func:`expected_steps`: how long a correct episode of the task is (the scheduling priority
+  of the rollout stages: longest first);
 - :func:`judge_episode`: APIGen's semantic checker (judge role): the requests, the calls and
   their results → ``{"thought", "passes": "yes"|"no"}``;
 - :func:`episode_row`: a :class:`~trajsynth.core.Trajectory` from an episode and its verdict
@@ -30,6 +32,7 @@ __all__ = [
     "JUDGE_PROMPT",
     "RolloutLimits",
     "episode_row",
+    "expected_steps",
     "judge_episode",
     "make_env",
     "task_of",
@@ -74,6 +77,16 @@ def task_of(row: Trajectory) -> tuple[GroundTruth | None, list[Message]]:
             Message(role="user", content=request),
         ]
     return gt, opening
+
+
+def expected_steps(row: Trajectory) -> float:
+    """Assistant messages a correct episode of the task takes (gold steps, one answer per
+    turn, one question per clarify turn): the rollout stages' scheduling priority."""
+    gt = row.ground_truth
+    if not isinstance(gt, dict):
+        return 0.0
+    turns = gt.get("turns") or []
+    return float(sum(len(t.get("steps") or []) + 1 + (t.get("kind") == "clarify") for t in turns))
 
 
 def make_env(ctx: Context, row: Trajectory, gt: GroundTruth | None) -> Environment:

@@ -42,7 +42,7 @@ from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.final_state import replay
 from .base import Context, RowStage, StageConfig, register
 from .policies import LLMPolicy, PolicyError
-from .rollouts import RolloutLimits, episode_row, make_env, task_of
+from .rollouts import RolloutLimits, episode_row, expected_steps, make_env, task_of
 
 __all__ = ["TSR", "TSRConfig", "progress_score"]
 
@@ -90,6 +90,9 @@ class TSR(RowStage):
     )
     io_bound = True
     concurrency = 64
+
+    def priority(self, row: Trajectory) -> float:
+        return expected_steps(row)  # longest episodes first
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory]:
         cfg: TSRConfig = self.config  # type: ignore[assignment]
