@@ -224,3 +224,46 @@ def test_builtin_reference_arena(sandbox: Sandbox) -> None:
         assert env.call(g.call.name, g.call.arguments).output == g.call.output
     gold = [(g.call.name, g.call.arguments) for g in package.sub_goals]
     assert env.reward(gold).reward == 1.0
+
+
+def test_a_folder_as_a_training_set(math_api: list[dict], sandbox: Sandbox, tmp_path: Path) -> None:
+    """What ``train-grpo --arenas`` consumes: task rows, one environment per episode, and
+    the package's reward for the episode's messages."""
+    import asyncio
+
+    from trajsynth.envs import EnvFactory
+    from trajsynth.envs.arena import arena_training_set
+    from trajsynth.stages.rollouts import task_of
+
+    factory = EnvFactory()
+    task = next(t for t in factory.example_tasks("math") if t.task_id == "math-taxed-total")
+    packages = [
+        pack_arena(task_row(math_api), code={"add": ADD, "multiply": MULTIPLY}, sandbox=sandbox),
+        pack_arena(task.to_trajectory(factory.toolset("math")).derive(success=True)),
+    ]
+    for p in packages:
+        (tmp_path / f"{p.uuid}.json").write_text(p.model_dump_json())
+    arenas = arena_training_set(tmp_path)
+    assert len(arenas.rows) == 2
+    try:
+        for row in arenas.rows:
+            gt, opening = task_of(row)
+            gold = [c for t in gt.turns for s in t.steps for c in s]
+
+            async def policy(
+                messages: list[Message], tools: list[dict], gold: list = gold
+            ) -> Message:
+                done = sum(1 for m in messages if m.role == "assistant")
+                if done < len(gold):
+                    c = gold[done]
+                    return calls_message([{"name": c.name, "arguments": c.arguments}], key=done)
+                return Message(role="assistant", content="Done.")
+
+            env = arenas.make_env(row)
+            result = asyncio.run(run_episode(gt, env, policy, tools=row.tools, prefix=opening))
+            assert arenas.reward(row, result.messages) == 1.0
+            assert arenas.reward(row, result.messages[:3]) < 1.0  # one call made: half
+    finally:
+        arenas.close()
+    with pytest.raises(ArenaError, match="names no arena"):
+        arenas.reward(task_row(math_api), [])

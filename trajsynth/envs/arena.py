@@ -37,6 +37,8 @@ LLM, no network:
 :class:`ArenaEnvironment` runs a package as an :class:`~trajsynth.envs.Environment` (offered
 tools only; ``builtin`` delegates to the domain, ``code`` runs each call in the sandbox and
 keeps the calls made as its state), and ``reward(messages)`` scores an episode.
+:func:`arena_training_set` gives a trainer what it needs from a folder of packages: task
+rows, a ``make_env(row)`` and a ``reward(row, messages)``.
 """
 
 from __future__ import annotations
@@ -67,10 +69,12 @@ __all__ = [
     "ArenaError",
     "ArenaPackage",
     "ArenaReward",
+    "ArenaSet",
     "BuiltinTools",
     "CodeTools",
     "SubGoal",
     "arena_reward",
+    "arena_training_set",
     "load_arenas",
     "load_package",
     "pack_arena",
@@ -639,3 +643,41 @@ def load_arenas(folder: str | Path) -> list[ArenaPackage]:
     if not files:
         raise ArenaError(f"{folder} holds no arena packages", hint="run `trajsynth arena pack`")
     return [load_package(p) for p in files]
+
+
+@dataclass
+class ArenaSet:
+    """A folder of packages as a trainer consumes it: one task row per package, a fresh
+    environment per episode (sharing one sandbox) and the package's reward."""
+
+    packages: dict[str, ArenaPackage]
+    rows: list[Trajectory]
+    sandbox: Sandbox | None = None
+
+    def package_of(self, row: Trajectory) -> ArenaPackage:
+        uuid = row.extra.get("arena") if isinstance(row.extra, dict) else None
+        if uuid not in self.packages:
+            raise ArenaError(f"row {row.id} names no arena of this set")
+        return self.packages[uuid]
+
+    def make_env(self, row: Trajectory) -> ArenaEnvironment:
+        package = self.package_of(row)
+        if self.sandbox is None and isinstance(package.implementation, CodeTools):
+            self.sandbox = Sandbox()
+        return ArenaEnvironment(package, sandbox=self.sandbox)
+
+    def reward(
+        self, row: Trajectory, episode: Sequence[Message | ToolCall | dict[str, Any]]
+    ) -> float:
+        return arena_reward(self.package_of(row), episode).reward
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+
+def arena_training_set(folder: str | Path, *, sandbox: Sandbox | None = None) -> ArenaSet:
+    """Every package of ``folder`` (checksums verified) as an :class:`ArenaSet`."""
+    packages = {p.uuid: p for p in load_arenas(folder)}
+    return ArenaSet(packages, [p.task_row() for p in packages.values()], sandbox)
