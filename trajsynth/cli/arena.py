@@ -2,11 +2,12 @@
 
     trajsynth arena pack runs/demo/rollouts --out arenas/ [--code table|reference] [--distractors 3]
     trajsynth arena check arenas/          # checksums, gold reproduced, gold reward 1
-    trajsynth train-grpo --model M --arenas arenas/ --out ckpt/   # RL on them
 
 ``pack`` reads trajectory shards: rows that already carry a package (the ``arena`` stage's
 output) are written as they are; other verified rows are packaged here. Each package is one
-``<uuid>.json`` file; ``index.json`` lists them.
+``<uuid>.json`` file; ``index.json`` lists them. A trainer reads such a folder with
+:func:`trajsynth.envs.arena.arena_training_set` (task rows, an environment per episode, the
+package's reward).
 """
 
 from __future__ import annotations

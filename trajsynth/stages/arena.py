@@ -20,8 +20,8 @@ For each verified row (``success`` true, with ground truth):
    sandbox) must return its gold output, and the gold calls must score reward 1; otherwise
    the row is not packed (``rejected.<reason>``);
 5) the row: the input row with ``extra["arena"]`` = the package (checksummed), ``method``
-   ``arena`` and ``parent_ids`` the row. ``trajsynth arena pack`` writes the packages as files;
-   ``trajsynth train-grpo --arenas DIR`` trains on them.
+   ``arena`` and ``parent_ids`` the row. ``trajsynth arena pack`` writes the packages as
+   files, which :func:`~trajsynth.envs.arena.arena_training_set` loads for a trainer.
 """
 
 from __future__ import annotations
