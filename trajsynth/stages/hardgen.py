@@ -74,6 +74,7 @@ from ..graph import GraphConfig, OperationError, SignatureGraph, build_graph
 from ..graph.ops import Binding, PathCall, problems
 from .base import Context, GlobalStage, Output, StageConfig, register
 from .grounding import PlanFailed, PlannedCall, ValuePool, execute_plan
+from .magnet_tasks import _queries, _reject_query  # Magnet's back-translation checks
 from .policies import LLMPolicy, PolicyError, sim_task
 from .rollouts import RolloutLimits, make_env, task_of
 
@@ -874,37 +875,3 @@ def _advanced_tool(
 def _spec(adv: dict[str, Any]) -> dict[str, Any]:
     """The advanced tool as a function schema (without its chain)."""
     return {k: v for k, v in adv.items() if k != "chain"}
-
-
-def _queries(content: str | None) -> list[str]:
-    text = (content or "").strip()
-    try:
-        data = json.loads(text[text.find("{") : text.rfind("}") + 1]) if "{" in text else None
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("queries"), list):
-        return [q.strip() for q in data["queries"] if isinstance(q, str) and q.strip()]
-    return [text] if text else []
-
-
-def _value_in(value: Any, text: str) -> bool:
-    if isinstance(value, list):
-        return all(_value_in(v, text) for v in value if not isinstance(v, (dict, list, bool)))
-    if isinstance(value, bool):
-        return True
-    if isinstance(value, float) and value.is_integer():
-        return any(s in text for s in (str(value), str(int(value)), f"{value:g}"))
-    if isinstance(value, (int, float)):
-        return str(value) in text or f"{value:g}" in text
-    return str(value).lower() in text.lower()
-
-
-def _reject_query(query: str, names: list[str], must: dict[str, Any]) -> str | None:
-    """Why a hard query is unusable: it names a function, or misses a user value."""
-    for n in names:
-        if len(n) > 2 and re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", query):
-            return "names_function"
-    for v in must.values():
-        if not _value_in(v, query):
-            return "missing_value"
-    return None
