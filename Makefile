@@ -50,14 +50,42 @@ bench: install
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # --- data targets: one stage per target, chained by dependency, as users do -------------------
-data/raw: | install
+# tasks (Magnet graph walks over the built-in domains) → rollouts (8 simulated-teacher attempts
+# per task, successes kept) → verified → scored → filtered → deduped → graded → balanced
+data/tasks: | install
+	$(TS) stage magnet_tasks --out $@ --set tasks_per_domain=20 -q
+
+data/rollouts: data/tasks
+	$(TS) stage rejection_sampling --in $< --out $@ --set n=8 -q
+
+data/verified: data/rollouts
+	$(TS) stage verify --in $< --out $@ -q
+
+data/scored: data/verified
+	$(TS) stage score --in $< --out $@ -q
+
+data/filtered: data/scored
+	$(TS) filter $< --out $@ --min-quality 0.7
+
+data/deduped: data/filtered
+	$(TS) dedup $< --out $@
+
+data/graded: data/deduped
+	$(TS) stage difficulty --in $< --out $@ -q
+
+data/balanced: data/graded
+	$(TS) balance $< --out $@ --mix 0.3,0.5,0.2 --keep-all
+
+## synthetic rows (for benchmarks, not training): raw → split → sample
+data/synthetic: | install
 	$(TS) stage synthetic --out $@ --set rows=5000 --set duplicate_rate=0.1 -q
 
-data/split: data/raw
+data/split: data/synthetic
 	$(TS) stage split --in $< --out $@ --set eval_fraction=0.1 -q
 
 data/sampled: data/split
 	$(TS) stage sample --in $< --out $@ --set n=1000
 
 clean:
-	rm -rf runs/ data/raw data/split data/sampled .pytest_cache
+	rm -rf runs/ data/tasks data/rollouts data/verified data/scored data/filtered data/deduped \
+		data/graded data/balanced data/synthetic data/split data/sampled .pytest_cache

@@ -36,6 +36,11 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "trajsynth.cli.run",
     "trajsynth.cli.data",
+    "trajsynth.cli.quality",
+    "trajsynth.cli.imports",
+    "trajsynth.cli.tools",
+    "trajsynth.cli.serve",
+    "trajsynth.cli.arena",
     "trajsynth.cli.train",
 ]
 

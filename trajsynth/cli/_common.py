@@ -24,7 +24,7 @@ from ..pipeline.runner import Reporter, RunResult
 from ..pipeline.spec import ResolvedPipeline
 from ..store.manifest import StageState
 
-__all__ = ["RichReporter", "console", "err_console", "summary_table"]
+__all__ = ["RichReporter", "console", "err_console", "llm_usage_table", "summary_table"]
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -128,6 +128,44 @@ def summary_table(result: RunResult) -> Table:
             f"{st.rows_in:,}",
             f"{st.rows_out():,}",
             f"{st.seconds:.1f}",
+        )
+    return table
+
+
+def llm_usage_table(result: RunResult) -> Table | None:
+    """Token usage and cost per stage and LLM role (None when no stage called an LLM)."""
+    from ..llm.usage import llm_usage
+
+    rows = []
+    for sid, st in result.manifest.stages.items():
+        for role, u in sorted(llm_usage(st.metrics).items()):
+            rows.append((sid, role, u))
+    if not rows:
+        return None
+    table = Table(title="LLM usage", title_justify="left")
+    for col in (
+        "stage",
+        "role",
+        "requests",
+        "cached",
+        "http",
+        "errors",
+        "prompt tok",
+        "completion tok",
+        "cost $",
+    ):
+        table.add_column(col, justify="left" if col in ("stage", "role") else "right")
+    for sid, role, u in rows:
+        table.add_row(
+            sid,
+            role,
+            f"{u.get('requests', 0):,.0f}",
+            f"{u.get('cache_hits', 0):,.0f}",
+            f"{u.get('http_requests', 0):,.0f}",
+            f"{u.get('errors', 0):,.0f}",
+            f"{u.get('prompt_tokens', 0):,.0f}",
+            f"{u.get('completion_tokens', 0):,.0f}",
+            f"{u.get('cost_usd', 0):,.4f}",
         )
     return table
 

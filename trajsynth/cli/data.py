@@ -20,15 +20,24 @@ def stats(
     path: Annotated[Path, typer.Argument(help="Shard file, folder or glob.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Rows, success rate, and breakdowns by method, domain, difficulty and capability."""
-    from ..quality.stats import STATS_COLUMNS, dataset_stats
+    """Rows, success rate, breakdowns by method, domain, difficulty and capability, quality
+    and difficulty histograms, clusters, and (for a run or stage folder) what the quality
+    stages dropped."""
+    from ..quality.stats import STATS_COLUMNS, dataset_stats, manifest_summary
     from ..store.shards import read_table
+    from .quality import resolve_data_path
 
-    table = read_table(str(path), columns=STATS_COLUMNS)
+    shards, manifest, stage_id = resolve_data_path(path)
+    table = read_table(str(shards), columns=STATS_COLUMNS)
     result = dataset_stats(table)
+    if manifest is not None:
+        result["stage"] = stage_id
+        result["quality_stages"] = manifest_summary(manifest)
     if as_json:
         print(json.dumps(result, indent=1))
         return
+    if shards != path:
+        console.print(f"[dim]{path}: stage {stage_id} ({shards})[/]")
     rate = result["success_rate"]
     console.print(
         f"[bold]{path}[/]: {result['rows']:,} rows, {result['tasks']:,} tasks, "
@@ -70,6 +79,9 @@ def stats(
                 cap, f"{row['tasks']:.0f}", *("-" if k not in row else f"{row[k]:.1%}" for k in ks)
             )
         console.print(t)
+    from .quality import print_quality_stats
+
+    print_quality_stats(result)
 
 
 def _clip(text: str | None, limit: int = 1200) -> str:
@@ -164,10 +176,13 @@ def show(
 @app.command()
 def export(
     path: Annotated[Path, typer.Argument(help="Shard file, folder or glob.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="trl | jsonl | hf")] = "trl",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="trl | jsonl | hf | dpo | steca")
+    ] = "trl",
     out: Annotated[Path, typer.Option("--out", "-o", help="Destination file or folder.")] = ...,  # type: ignore[assignment]
 ) -> None:
-    """Export for training tools: TRL/HF chat datasets or full JSONL records."""
+    """Export for training tools: TRL/HF chat datasets, DPO pairs, STeCa records, or full JSONL
+    records."""
     from ..store.export import export as do_export
 
     n, target = do_export(str(path), fmt, out)

@@ -4,14 +4,32 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from ..core.errors import ConfigError, InputNotFoundError
 from . import app
-from ._common import RichReporter, console, err_console, summary_table
+from ._common import RichReporter, console, err_console, llm_usage_table, summary_table
+
+NoCacheOption = Annotated[
+    bool,
+    typer.Option("--no-cache", help="Neither read nor write the LLM response cache."),
+]
+
+
+def _no_llm_cache(no_cache: bool) -> None:
+    if no_cache:
+        import os
+
+        from ..llm.client import NO_CACHE_ENV
+
+        os.environ[NO_CACHE_ENV] = "1"  # read by every LLM client of this run (and workers)
+
+
+if TYPE_CHECKING:
+    from ..pipeline.runner import RunResult
 
 SetOption = Annotated[
     list[str] | None,
@@ -26,15 +44,22 @@ def run(
     set_: SetOption = None,
     force: Annotated[bool, typer.Option("--force", help="Rerun every stage.")] = False,
     workers: Annotated[int | None, typer.Option(help="Processes for CPU-bound stages.")] = None,
+    executor: Annotated[
+        str | None, typer.Option(help="local | ray (map-stage units as Ray tasks).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Run a whole pipeline; unchanged stages are skipped, interrupted ones resume."""
     from ..pipeline.runner import Runner
     from ..pipeline.spec import load_pipeline
 
+    _no_llm_cache(no_cache)
     overrides = list(set_ or [])
     if workers is not None:
         overrides.append(f"defaults.workers={workers}")
+    if executor is not None:
+        overrides.append(f"defaults.executor={executor}")
     resolved = load_pipeline(pipeline, overrides, output=str(out) if out else None)
     reporter = RichReporter(quiet=quiet)
     try:
@@ -43,6 +68,9 @@ def run(
         reporter.close()
     if not quiet:
         console.print(summary_table(result))
+        usage = llm_usage_table(result)
+        if usage is not None:
+            console.print(usage)
 
 
 @app.command()
@@ -58,8 +86,10 @@ def stage(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rerun even if unchanged.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Run one stage on shards: `trajsynth stage sample --in data/raw --out data/s --set n=100`."""
+    _no_llm_cache(no_cache)
     run_single_stage(name, inputs or [], out, set_ or [], force=force, quiet=quiet)
 
 
@@ -71,8 +101,13 @@ def run_single_stage(
     *,
     force: bool = False,
     quiet: bool = False,
-) -> None:
-    """Shared by `trajsynth stage` and the one-stage shortcuts (`filter`, `dedup`, ...)."""
+    show_counts: bool = True,
+) -> RunResult:
+    """Shared by `trajsynth stage` and the one-stage shortcuts (`filter`, `dedup`, ...).
+
+    Returns the run's result; ``show_counts=False`` leaves printing the stage's counts to the
+    caller (the shortcuts print their own tables).
+    """
     from ..pipeline.runner import Runner
     from ..pipeline.spec import resolve_pipeline
 
@@ -98,7 +133,7 @@ def run_single_stage(
     state = result.manifest.stages[name]
     if not quiet:
         counters = state.metrics.get("counters", {})
-        if counters:
+        if counters and show_counts:
             table = Table(title="counts", title_justify="left")
             table.add_column("metric")
             table.add_column("value", justify="right")
@@ -106,6 +141,7 @@ def run_single_stage(
                 table.add_row(k, f"{v:,.0f}" if float(v).is_integer() else f"{v:,.4f}")
             console.print(table)
         console.print(f"{state.rows_out():,} rows → {out}")
+    return result
 
 
 @app.command()

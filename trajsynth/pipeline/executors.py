@@ -10,6 +10,7 @@ each returned :class:`UnitResult` to the manifest in the driver process, one at 
 - :class:`LocalExecutor` runs CPU-bound units in a process pool and I/O-bound units (LLM
   calls) in threads that share one event loop, so every request of the process goes through
   one client and one concurrency limit.
+- :class:`RayExecutor` runs units as Ray tasks, locally or on a cluster.
 
 A new executor implements :meth:`Executor.run_units` and nothing else.
 """
@@ -37,6 +38,7 @@ __all__ = [
     "Executor",
     "InlineExecutor",
     "LocalExecutor",
+    "RayExecutor",
     "UnitResult",
     "UnitTask",
     "output_dir",
@@ -113,10 +115,10 @@ def run_map_unit(task: UnitTask, progress: Progress | None = None) -> UnitResult
     """Run one unit: read its shard, run the stage, write its output shards atomically."""
     start = time.perf_counter()
     stage, shared_ctx = _stage_for(task)
-    # a per-unit context shares the process's clients but has its own metrics and unit info
+    # a per-unit context shares the process's environments (LLM clients are process-wide
+    # already) but has its own metrics, so usage is counted per unit and merged
     live = None if progress is None else (lambda n: progress(task.unit_key, n))
     ctx = Context(shared_ctx.spec, logger=shared_ctx.log, progress=live)
-    ctx._llm_clients = shared_ctx._llm_clients
     ctx._envs = shared_ctx._envs
     ctx._lock = shared_ctx._lock
     ctx.unit, ctx.input_name = task.unit_key, task.input_name
@@ -238,3 +240,61 @@ class LocalExecutor(Executor):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+class RayExecutor(Executor):
+    """Units as Ray tasks, on a local Ray runtime or a cluster (``address="auto"``).
+
+    Each unit is :func:`run_map_unit` shipped as a Ray task; the driver still commits results
+    one by one, so exactly-once output and resume work as with the local executor. Stages do
+    not change. On a cluster the run folder must be on storage every node mounts at the same
+    path (NFS, a cloud bucket mounted with FUSE, ...), since units read and write shards there.
+    I/O-bound stages run with ``num_cpus=0`` per unit (they wait on the network) and so many
+    more of them run at once than there are cores.
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        num_cpus: float = 1.0,
+        init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        try:
+            import ray
+        except ImportError as exc:  # pragma: no cover - depends on the extra
+            from ..core.errors import ConfigError
+
+            raise ConfigError(
+                "the ray executor needs Ray", hint="pip install 'trajsynth[ray]'"
+            ) from exc
+        self._ray = ray
+        if not ray.is_initialized():
+            kwargs = {"include_dashboard": False, "log_to_driver": False, **(init_kwargs or {})}
+            ray.init(address=address, ignore_reinit_error=True, **kwargs)
+        self._cpu = ray.remote(num_cpus=num_cpus)(run_map_unit)
+        self._io = ray.remote(num_cpus=0)(run_map_unit)
+        self._pending: list[Any] = []
+
+    def run_units(
+        self, tasks: Sequence[UnitTask], *, io_bound: bool, progress: Progress | None = None
+    ) -> Iterator[UnitResult]:
+        remote = self._io if io_bound else self._cpu
+        self._pending = [remote.remote(t) for t in tasks]
+        try:
+            while self._pending:
+                done, self._pending = self._ray.wait(self._pending, num_returns=1)
+                for ref in done:
+                    yield self._ray.get(ref)
+        finally:
+            for ref in self._pending:
+                self._ray.cancel(ref, force=True)
+            self._pending = []
+
+    def close(self) -> None:
+        """Leave the Ray runtime up (it may be shared); cancel what is still running."""
+        for ref in self._pending:
+            self._ray.cancel(ref, force=True)
+        self._pending = []

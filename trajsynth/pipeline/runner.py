@@ -34,14 +34,23 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from ..core.errors import StageFailed, TrajsynthError
 from ..core.ids import file_fingerprint, stable_hash
+from ..core.schema import ARROW_SCHEMA
 from ..stages.base import Context, ContextSpec, Emit, Metrics, StageKind, config_hash
 from ..store.manifest import MANIFEST_NAME, OutputState, RunManifest, ShardRecord, StageState
-from ..store.shards import ShardInfo, ShardWriter, clean_tmp, iter_shard, list_shards
+from ..store.shards import (
+    ShardInfo,
+    ShardWriter,
+    clean_tmp,
+    iter_shard,
+    list_shards,
+    write_shard,
+)
 from ..version import __version__
 from .executors import Executor, LocalExecutor, UnitTask, output_dir
 from .spec import InputRef, ResolvedPipeline, ResolvedStage
@@ -99,9 +108,7 @@ class Runner:
         defaults = pipeline.spec.defaults
         self.run_dir = Path(run_dir or defaults.output or f"runs/{pipeline.name}")
         self.force = force
-        self.executor = executor or LocalExecutor(
-            defaults.workers, defaults.io_concurrency, defaults.pool_min_rows
-        )
+        self.executor = executor or _default_executor(defaults)
         self.reporter = reporter or Reporter()
         if layout not in ("pipeline", "single"):
             raise ValueError(layout)
@@ -208,7 +215,7 @@ class Runner:
                 "config": rs.config.model_dump(mode="json"),
                 "inputs": [(str(r), self._input_fingerprint(r, manifest)) for r in rs.inputs],
                 "seed": defaults.seed,
-                "llm": defaults.llm,
+                "llm": _without_secrets(defaults.llm),
                 "env": defaults.env,
                 "shard_rows": rs.shard_rows,
                 "needs": [(n, manifest.stages[n].artifact_fingerprint) for n in rs.needs],
@@ -319,6 +326,7 @@ class Runner:
             raise StageFailed(
                 message, hint=f"traceback in {self.run_dir / 'logs' / 'run.log'}"
             ) from exc
+        self._ensure_outputs(sid, state, cls.outputs)
         if cls.makes_artifact:
             state.artifact_files, state.artifact_fingerprint = _fingerprint_dir(
                 self.artifacts_dir(sid)
@@ -352,6 +360,15 @@ class Runner:
         art = self.artifacts_dir(sid)
         if not keep_artifacts and art.is_dir():
             shutil.rmtree(art)
+
+    def _ensure_outputs(self, sid: str, state: StageState, outputs: tuple[str, ...]) -> None:
+        """Give every declared output that got no rows one empty shard, so an empty result
+        reads as 0 rows (downstream, in `trajsynth stats`) instead of a missing folder."""
+        for name in ("main", *outputs[1:]):
+            out = state.outputs.setdefault(name, OutputState())
+            if not out.shards:
+                path = output_dir(self.stage_dir(sid), name) / "part-00000.parquet"
+                out.shards.append(ShardRecord.of(write_shard(ARROW_SCHEMA.empty_table(), path)))
 
     def _remove_uncommitted(self, sid: str, state: StageState, outputs: tuple[str, ...]) -> None:
         """Delete shards a crash left behind that the manifest does not record."""
@@ -484,12 +501,19 @@ class Runner:
                 if name != "main" and name not in cls.outputs:
                     raise ValueError(f"stage emitted to undeclared output {name!r}")
                 writer(name).write(data)
-            writer("main")  # a stage that yields nothing still has an (empty) main output
             for w in writers.values():
                 w.close()
         finally:
             stage.teardown()
         state.metrics = Metrics.merge(state.metrics, ctx.metrics.snapshot())
+
+
+def _default_executor(defaults: Any) -> Executor:
+    if defaults.executor == "ray":
+        from .executors import RayExecutor
+
+        return RayExecutor(defaults.ray_address)
+    return LocalExecutor(defaults.workers, defaults.io_concurrency, defaults.pool_min_rows)
 
 
 def _fingerprint_dir(folder: Path) -> tuple[dict[str, int], str]:
@@ -502,6 +526,14 @@ def _fingerprint_dir(folder: Path) -> tuple[dict[str, int], str]:
             files[rel] = p.stat().st_size
             digests.append((rel, file_fingerprint(p)))
     return files, stable_hash(digests)
+
+
+def _without_secrets(roles: dict[str, dict]) -> dict[str, dict]:
+    """LLM role settings minus API keys (which must not reach the manifest, even hashed)."""
+    return {
+        role: {k: v for k, v in (cfg or {}).items() if k != "api_key"}
+        for role, cfg in roles.items()
+    }
 
 
 def _rows_of(path: Path) -> int:

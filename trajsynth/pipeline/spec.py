@@ -35,7 +35,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AliasChoices, Discriminator, Field, Tag, ValidationError, field_validator
@@ -78,6 +78,14 @@ class Defaults(StrictModel):
         default=None, description="Run folder (default runs/<name>); --out overrides it."
     )
     shard_rows: int = Field(default=50_000, ge=1, description="Rows per output shard.")
+    executor: Literal["local", "ray"] = Field(
+        default="local",
+        description="Where map-stage units run: local processes/threads, or Ray tasks.",
+    )
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray cluster address ('auto' to join a running cluster); none = local Ray.",
+    )
     workers: int = Field(
         default=0, ge=0, description="Processes for CPU-bound map stages (0 = one per core)."
     )

@@ -1,5 +1,7 @@
 """Dataset statistics for ``trajsynth stats``: counts and success rates by method, domain,
-difficulty and capability, call/turn distributions, and pass@k where rollout counts exist.
+difficulty and capability, call/turn distributions, pass@k where rollout counts exist,
+quality and difficulty histograms, and cluster summaries; plus, from a run manifest, what the
+quality stages dropped and why (:func:`manifest_summary`).
 
 Everything is computed on Arrow columns (no per-row Python objects), so it runs on millions of
 rows. ``STATS_COLUMNS`` is the projection the CLI reads.
@@ -14,7 +16,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["STATS_COLUMNS", "dataset_stats", "pass_at_k"]
+from .filters import RULES
+
+__all__ = [
+    "STATS_COLUMNS",
+    "cluster_stats",
+    "dataset_stats",
+    "histogram",
+    "manifest_summary",
+    "pass_at_k",
+]
 
 STATS_COLUMNS = [
     "id",
@@ -29,6 +40,9 @@ STATS_COLUMNS = [
     "quality_score",
     "rollouts_total",
     "rollouts_passed",
+    "goal",
+    "difficulty_score",
+    "cluster_id",
 ]
 
 
@@ -158,4 +172,123 @@ def dataset_stats(table: pa.Table, *, ks: tuple[int, ...] = (1, 8)) -> dict[str,
         "turns": _describe(table.column("num_turns")),
         "quality_score": _describe(table.column("quality_score")),
         "pass_at_k": _pass_table(table, ks),
+        "quality_histogram": histogram(_optional(table, "quality_score")),
+        "difficulty_histogram": histogram(_optional(table, "difficulty_score")),
+        "clusters": cluster_stats(table),
     }
+
+
+def _optional(table: pa.Table, name: str) -> pa.ChunkedArray | None:
+    return table.column(name) if name in table.column_names else None
+
+
+def histogram(
+    values: pa.ChunkedArray | pa.Array | None, bins: int = 10, lo: float = 0.0, hi: float = 1.0
+) -> dict[str, Any] | None:
+    """Counts of the non-null values in ``bins`` equal bins over [lo, hi] (last bin closed).
+
+    >>> histogram(pa.array([0.05, 0.5, 1.0, None, 0.95]), bins=2)["counts"]
+    [1, 3]
+    """
+    if values is None:
+        return None
+    arr = pc.drop_null(values).to_numpy(zero_copy_only=False).astype(np.float64)
+    if arr.size == 0:
+        return None
+    edges = np.linspace(lo, hi, bins + 1)
+    counts, _ = np.histogram(np.clip(arr, lo, hi), bins=edges)
+    return {"edges": [round(float(e), 6) for e in edges], "counts": counts.tolist()}
+
+
+def cluster_stats(table: pa.Table, top: int = 5) -> dict[str, Any] | None:
+    """Cluster count, size entropy (bits and normalised) and the largest clusters, each with
+    the goal of its first row as a sample (the diversity stage's metrics name the goal
+    nearest each centroid)."""
+    if "cluster_id" not in table.column_names:
+        return None
+    col = table.column("cluster_id")
+    valid = pc.is_valid(col)
+    if not pc.any(valid).as_py():
+        return None
+    t = table.filter(valid)
+    counts = t.group_by("cluster_id").aggregate([("cluster_id", "count")])
+    sizes = counts.column("cluster_id_count").to_numpy()
+    ids = counts.column("cluster_id").to_numpy()
+    p = sizes / sizes.sum()
+    h = float(-(p * np.log2(p)).sum()) if len(p) > 1 else 0.0
+    order = np.argsort(-sizes, kind="stable")[:top]
+    largest = []
+    labels = t.column("cluster_id").to_numpy()
+    goals = t.column("goal") if "goal" in t.column_names else None
+    for i in order:
+        first = int(np.argmax(labels == ids[i]))
+        largest.append(
+            {
+                "cluster": int(ids[i]),
+                "size": int(sizes[i]),
+                "sample_goal": goals[first].as_py() if goals is not None else None,
+            }
+        )
+    return {
+        "clusters": len(ids),
+        "entropy_bits": h,
+        "normalized_entropy": h / float(np.log2(len(ids))) if len(ids) > 1 else 0.0,
+        "largest": largest,
+    }
+
+
+def manifest_summary(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What each quality stage of a run did, from its manifest's stage metrics.
+
+    Returns ``{"filter": [...], "dedup": [...], "balance": [...], "diversity": [...],
+    "difficulty": [...]}``, one entry per stage of that kind: the filter's per-rule counts,
+    dedup's duplicate counts, balance's plan, the cluster summary, the label counts.
+    """
+    out: dict[str, list[dict[str, Any]]] = {
+        "filter": [],
+        "dedup": [],
+        "balance": [],
+        "diversity": [],
+        "difficulty": [],
+    }
+    for sid, st in (manifest.get("stages") or {}).items():
+        uses = st.get("uses")
+        metrics = st.get("metrics") or {}
+        counters = metrics.get("counters", {})
+        values = metrics.get("values", {})
+        if uses == "filter":
+            named = {k.split(".", 1)[1] for k in counters if k.startswith(("dropped.", "failing."))}
+            rules = [r for r in RULES if r in named] + sorted(named - set(RULES))
+            out["filter"].append(
+                {
+                    "stage": sid,
+                    "rows_in": counters.get("rows_in", 0),
+                    "kept": counters.get("kept", 0),
+                    "rules": [
+                        {
+                            "rule": r,
+                            "dropped": counters.get(f"dropped.{r}", 0),
+                            "failing": counters.get(f"failing.{r}", 0),
+                        }
+                        for r in rules
+                    ],
+                    "thresholds": values.get("thresholds", {}),
+                }
+            )
+        elif uses == "dedup":
+            out["dedup"].append({"stage": sid, **counters, "lsh": values.get("lsh", {})})
+        elif uses == "balance":
+            out["balance"].append({"stage": sid, **(values.get("plan") or {})})
+        elif uses == "diversity":
+            out["diversity"].append({"stage": sid, **(values.get("clusters") or {})})
+        elif uses in ("difficulty", "difficulty_calibrate"):
+            out["difficulty"].append(
+                {
+                    "stage": sid,
+                    **{k: counters.get(k, 0) for k in ("easy", "medium", "hard")},
+                    "measured": counters.get("measured", 0),
+                    "heuristic": counters.get("heuristic", 0),
+                    "calibration": values.get("calibration"),
+                }
+            )
+    return {k: v for k, v in out.items() if v}

@@ -251,7 +251,8 @@ class Context:
         self.log = logger or logging.getLogger(f"trajsynth.stage.{self.spec.stage_id}")
         self.metrics = Metrics()
         self._progress = progress
-        self._llm_clients: dict[str, Any] = {}
+        #: per-context views of the process-wide LLM clients (each counts into self.metrics)
+        self._llm_views: dict[str, Any] = {}
         self._envs: Any = None
         self._lock = threading.Lock()
         #: which unit (input shard) is being processed, for map stages; set by the runner
@@ -294,13 +295,21 @@ class Context:
 
     # -- services -------------------------------------------------------------------------
     def llm(self, role: str) -> Any:
-        """The LLM client for ``role`` (teacher, judge, ...), built once per process."""
+        """The LLM client for ``role`` (teacher, judge, ...).
+
+        The underlying client (connection pool, endpoint limiter, cache) is built once per
+        process and shared; what this returns is a view of it that counts token usage and
+        cost into *this* context's metrics (``llm.<role>.*``), so that usage lands in the
+        manifest under the stage — and unit — that spent it.
+        """
         with self._lock:
-            if role not in self._llm_clients:
+            view = self._llm_views.get(role)
+            if view is None:
                 from ..llm import client_for_role
 
-                self._llm_clients[role] = client_for_role(role, self.spec.llm, self.spec)
-            return self._llm_clients[role]
+                view = client_for_role(role, self.spec.llm, spec=self.spec, metrics=self.metrics)
+                self._llm_views[role] = view
+            return view
 
     @property
     def envs(self) -> Any:
@@ -497,13 +506,23 @@ class RowStage(MapStage):
     def _is_async(self) -> bool:
         return type(self).aprocess_row is not RowStage.aprocess_row
 
+    def priority(self, row: Trajectory) -> float:
+        """Async stages start the rows of a batch highest priority first (e.g. the longest
+        expected work, so that the batch does not end waiting on a few long rows); the output
+        keeps the input order. Default: input order."""
+        return 0.0
+
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         for batch in _rebatch(batches, self.batch_rows):
             rows = to_records(batch)
             if self._is_async():
-                results = ctx.gather(
-                    (self.aprocess_row(r, ctx) for r in rows), limit=self.concurrency
+                order = sorted(range(len(rows)), key=lambda i: -self.priority(rows[i]))
+                done = ctx.gather(
+                    (self.aprocess_row(rows[i], ctx) for i in order), limit=self.concurrency
                 )
+                results: list[Any] = [None] * len(rows)
+                for i, res in zip(order, done, strict=True):
+                    results[i] = res
             else:
                 results = [list(self.process_row(r, ctx)) for r in rows]
             yield from _split_emits([x for res in results for x in res])
@@ -567,6 +586,22 @@ STAGES: dict[str, type[Stage]] = {}
 BUILTIN_STAGE_MODULES: list[str] = [
     "trajsynth.stages.utility",
     "trajsynth.stages.synthetic",
+    "trajsynth.stages.verify",
+    "trajsynth.stages.score",
+    "trajsynth.stages.filter",
+    "trajsynth.stages.dedup",
+    "trajsynth.stages.diversity",
+    "trajsynth.stages.difficulty",
+    "trajsynth.stages.balance",
+    "trajsynth.stages.magnet_tasks",
+    "trajsynth.stages.rejection_sampling",
+    "trajsynth.stages.director_actor",
+    "trajsynth.stages.tsr",
+    "trajsynth.stages.magnet_pairs",
+    "trajsynth.stages.echo",
+    "trajsynth.stages.steca",
+    "trajsynth.stages.hardgen",
+    "trajsynth.stages.arena",
 ]
 _loaded = False
 

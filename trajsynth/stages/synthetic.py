@@ -22,8 +22,10 @@ from .base import Context, Output, SourceStage, StageConfig, register
 
 __all__ = ["Synthetic", "synthetic_row"]
 
+# domain names are prefixed so they never collide with the executable built-in domains
+# (verify would replay these fake calls against the real travel environment and fail them)
 _TOOLS = {
-    "travel": [
+    "synthetic_travel": [
         ("search_flights", {"origin": "string", "destination": "string", "date": "string"}),
         ("book_flight", {"flight_id": "string", "passenger": "string"}),
         (
@@ -32,13 +34,13 @@ _TOOLS = {
         ),
         ("search_hotels", {"city": "string", "nights": "integer"}),
     ],
-    "files": [
+    "synthetic_files": [
         ("list_dir", {"path": "string"}),
         ("read_file", {"path": "string"}),
         ("write_file", {"path": "string", "content": "string"}),
         ("move_file", {"src": "string", "dst": "string"}),
     ],
-    "commerce": [
+    "synthetic_commerce": [
         ("find_order", {"order_id": "string"}),
         ("return_item", {"order_id": "string", "item_id": "string"}),
         ("exchange_item", {"order_id": "string", "item_id": "string", "new_item_id": "string"}),

@@ -1,0 +1,229 @@
+"""Graph operations (METHODS.md §10, Magnet row): on a tiny graph (``get_distance`` →
+``convert_unit``) with fixed seeds the walk is a valid path, Merge at p = 1 yields multi-call
+turns, Insert adds the nested ``convert_unit``, Split yields a clarify turn; MAGNIFY and
+CONNECT give legal paths that are not single edges; every operation keeps legality.
+
+Run: PYTHONPATH=. python -m pytest tests/graph/test_ops.py -q
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+
+import pytest
+
+from trajsynth.envs.domains import BUILTIN_DOMAINS
+from trajsynth.envs.spec import Toolset
+from trajsynth.graph import (
+    FSP,
+    Binding,
+    GraphConfig,
+    OperationError,
+    PathCall,
+    build_graph,
+    connect,
+    insert,
+    magnify,
+    merge,
+    problems,
+    random_walk,
+    split,
+    to_turns,
+)
+
+LEX = GraphConfig(similarity="lexical")
+
+
+def fn(name: str, desc: str, params: dict, required: list[str], response: dict) -> dict:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": desc,
+            "parameters": {"type": "object", "properties": params, "required": required},
+            "response": {"type": "object", "properties": response},
+        },
+    }
+
+
+S = {"type": "string"}
+N = {"type": "number"}
+TINY = Toolset.from_openai(
+    [
+        fn(
+            "find_city",
+            "Find a city by name.",
+            {"name": {**S, "description": "City name."}},
+            ["name"],
+            {"city": {**S, "description": "City name; use as origin or destination."}},
+        ),
+        fn(
+            "get_distance",
+            "Driving distance between two cities.",
+            {
+                "origin": {**S, "description": "Start city."},
+                "destination": {**S, "description": "End city."},
+            },
+            ["origin", "destination"],
+            {
+                "distance": {**N, "description": "Distance value in miles."},
+                "unit": {**S, "description": "Unit of the distance value."},
+            },
+        ),
+        fn(
+            "convert_unit",
+            "Convert a value from one unit to another.",
+            {
+                "value": {**N, "description": "Distance value to convert."},
+                "from_unit": {**S, "description": "Unit of the value."},
+                "to_unit": {**S, "description": "Unit to convert to."},
+            },
+            ["value", "from_unit", "to_unit"],
+            {"value": {**N, "description": "The converted value."}},
+        ),
+        fn(
+            "get_weather",
+            "Current weather in a city.",
+            {"city": {**S, "description": "City name."}},
+            ["city"],
+            {"temperature": {**N, "description": "Temperature in Celsius."}},
+        ),
+    ],
+    name="tiny",
+)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_graph(TINY, LEX)
+
+
+@pytest.fixture(scope="module")
+def travel():
+    return build_graph(BUILTIN_DOMAINS["travel"].toolset(), LEX)
+
+
+def test_tiny_graph_edges(tiny) -> None:
+    assert {(f.field, f.param) for f in tiny.feeds("get_distance", "convert_unit")} == {
+        ("distance", "value"),
+        ("unit", "from_unit"),
+        ("unit", "to_unit"),
+    }
+    assert {f.param for f in tiny.feeds("find_city", "get_distance")} == {"origin", "destination"}
+    assert not tiny.fg.has_edge("convert_unit", "get_distance")  # a number never feeds a city
+
+
+def test_walk_is_a_valid_seeded_path(tiny) -> None:
+    a = random_walk(tiny, random.Random(3), steps=7, start="find_city")
+    assert a == random_walk(tiny, random.Random(3), steps=7, start="find_city")
+    assert problems(tiny, a) == []
+    for prev, cur in itertools.pairwise(a):
+        assert tiny.fg.has_edge(prev.tool, cur.tool)
+        assert prev.uid in {b.source for b in cur.bindings}  # each step bound to the last
+    assert [c.tool for c in a[:3]] == ["find_city", "get_distance", "convert_unit"]
+    with pytest.raises(OperationError):
+        random_walk(tiny, random.Random(0), start="nope")
+
+
+def test_merge_p1_yields_multi_call_turns_and_p0_none(tiny) -> None:
+    path = random_walk(tiny, random.Random(1), steps=4, start="find_city")
+    fsp = to_turns(path)
+    assert [len(t.calls) for t in fsp.turns] == [1] * len(path)
+    merged = merge(fsp, random.Random(0), p=1.0)
+    assert all(len(t.calls) >= 2 for t in merged.turns[: len(path) // 2])
+    assert [c.uid for c in merged.calls()] == [c.uid for c in path]  # order kept
+    assert merge(fsp, random.Random(0), p=0.0).turns == fsp.turns
+    assert problems(tiny, merged) == []
+    # a merged turn's independent calls are one parallel step; dependent ones are sequential
+    steps = merged.turns[0].steps()
+    assert [[c.tool for c in s] for s in steps] == [["find_city"], ["get_distance"]]
+
+
+def test_insert_adds_the_nested_call_bound_to_the_turn(tiny) -> None:
+    path = [PathCall(0, "get_distance")]
+    out = insert(tiny, to_turns(path), random.Random(0), p=1.0, long_range=0.0)
+    calls = out.turns[0].calls
+    assert [c.tool for c in calls] == ["get_distance", "convert_unit"]
+    assert calls[1].inserted and {b.source for b in calls[1].bindings} == {0}
+    assert problems(tiny, out) == []
+    # the LLM check can refuse the nested relation
+    none = insert(tiny, to_turns(path), random.Random(0), p=1.0, accept=lambda s, t: False)
+    assert [c.tool for c in none.calls()] == ["get_distance"]
+
+
+def test_split_param_and_func(tiny) -> None:
+    path = random_walk(tiny, random.Random(2), steps=3, start="find_city")
+    fsp = to_turns(path)
+    p = split(tiny, fsp, random.Random(0), kind="param")
+    t = next(t for t in p.turns if t.kind == "clarify")
+    assert t.missing == "param" and t.detail in TINY[t.calls[0].tool].required()
+    assert t.detail not in t.calls[0].bound()  # the user must give it
+    f = split(tiny, fsp, random.Random(0), kind="func")
+    new = next(t for t in f.turns if t.missing == "func")
+    assert new.kind == "clarify" and new.detail not in {c.tool for c in path}
+    assert len(f.turns) == len(fsp.turns) + 1 and f.turns[0].missing is None  # after a turn
+    assert f.calls() == fsp.calls()  # the miss-func call is not executed
+    assert problems(tiny, p) == [] and problems(tiny, f) == []
+
+
+def test_magnify_expands_through_the_tools_that_feed_it(travel) -> None:
+    target = PathCall(0, "book_flight")
+    out = magnify(travel, [target], 0, random.Random(1))
+    assert out[-1].tool == "book_flight" and len(out) >= 3
+    assert problems(travel, out) == []
+    booked = out[-1]
+    assert set(booked.bound()) >= {"user_id", "flight_id"}  # its ids now come from calls
+    by_uid = {c.uid: c for c in out}
+    # the chain is deeper than one edge: some call feeds the target only through another
+    feeders = {b.source for b in booked.bindings}
+    second = {b.source for u in feeders for b in by_uid[u].bindings}
+    assert second - feeders, [(c.tool, c.bindings) for c in out]
+    with pytest.raises(OperationError):
+        magnify(travel, [PathCall(0, "convert_currency")], 0, random.Random(0))
+
+
+def test_connect_joins_unlinked_functions_through_intermediates(travel) -> None:
+    assert not travel.fg.has_edge("find_user", "cancel_booking")
+    out = connect(travel, random.Random(0), "find_user", "cancel_booking")
+    assert out[0].tool == "find_user" and out[-1].tool == "cancel_booking" and len(out) >= 3
+    assert problems(travel, out) == []
+    for prev, cur in itertools.pairwise(out):
+        assert travel.fg.has_edge(prev.tool, cur.tool)
+    with pytest.raises(OperationError, match="directly"):
+        connect(travel, random.Random(0), "find_user", "get_user")
+    with pytest.raises(OperationError):
+        connect(travel, random.Random(0), "convert_currency", "get_user")
+
+
+def test_problems_names_each_kind_of_illegality(travel) -> None:
+    a = PathCall(0, "find_user")
+    later = PathCall(1, "get_user", (Binding("user_id", 2, "user_id"),))
+    assert "later call" in problems(travel, [a, later])[0]
+    wrong = PathCall(1, "get_user", (Binding("user_id", 0, "name"),))
+    assert "not an edge" in problems(travel, [a, wrong])[0]
+    apart = [a, PathCall(1, "convert_currency")]
+    assert "not connected" in problems(travel, apart)[-1]
+    unused = [a, PathCall(1, "get_user")]  # find_user produces the user_id get_user needs
+    assert any("asks the user for user_id" in p for p in problems(travel, unused))
+    assert "unknown function" in problems(travel, [PathCall(0, "nope")])[0]
+
+
+@pytest.mark.parametrize("domain", sorted(BUILTIN_DOMAINS))
+def test_every_operation_keeps_legality(domain: str) -> None:
+    g = build_graph(BUILTIN_DOMAINS[domain].toolset(), LEX)
+    for seed in range(40):
+        rng = random.Random(seed)
+        path = random_walk(g, rng, steps=7)
+        assert problems(g, path) == []
+        with contextlib.suppress(OperationError):
+            path = magnify(g, path, rng.randrange(len(path)), rng)
+        assert problems(g, path) == []
+        fsp = insert(g, merge(to_turns(path), rng, p=0.5), rng, p=0.7, long_range=0.5)
+        assert problems(g, fsp) == []
+        with contextlib.suppress(OperationError):
+            fsp = split(g, fsp, rng)
+        assert problems(g, fsp) == [], fsp.log
+        again = FSP.from_json(fsp.to_json())
+        assert again == fsp

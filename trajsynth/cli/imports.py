@@ -1,0 +1,46 @@
+r"""``trajsynth import``: bring trajectories written by others into trajsynth shards.
+
+    trajsynth import tau-trajectories \
+        ../shared/external/tau-bench/historical_trajectories/gpt-4o-airline.json --out data/tau
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import app
+from ._common import console
+
+import_app = typer.Typer(
+    name="import",
+    help="Import trajectories written by others (tau-bench, ...) as trajsynth shards.",
+    no_args_is_help=True,
+)
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("tau-trajectories")
+def tau_trajectories_cmd(
+    src: Annotated[Path, typer.Argument(help="A tau-bench historical trajectories JSON file.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = ...,  # type: ignore[assignment]
+    tools: Annotated[
+        Path | None, typer.Option(help="The domain's tools_openai.json (found next to SRC).")
+    ] = None,
+    domain: Annotated[
+        str | None, typer.Option(help="airline or retail (default: from the file name).")
+    ] = None,
+) -> None:
+    """tau-bench runs → one row each: messages, tools, gold actions, tau-bench's reward,
+    pass counts per task."""
+    from ..store.importers import tau_trajectories, write_rows
+
+    rows = tau_trajectories(src, tools=tools, domain=domain)
+    shards = write_rows(rows, out)
+    ok = sum(1 for r in rows if r.success)
+    console.print(
+        f"{len(rows):,} trajectories ({ok:,} successes, {len({r.task_id for r in rows}):,} "
+        f"tasks) → {out} ({len(shards)} shard{'s' if len(shards) != 1 else ''})"
+    )

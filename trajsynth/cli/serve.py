@@ -1,0 +1,103 @@
+"""``trajsynth serve``: an OpenAI-compatible server over the simulator or a local model.
+
+    trajsynth serve --backend sim --port 8000
+    trajsynth serve --backend sim --port 0 --latency-ms 200 --fault-rate 0.2
+    trajsynth serve --backend local --model runs/tiny/artifacts/sft/final
+
+It prints ``listening on http://HOST:PORT/v1`` once ready (``--port 0`` picks a free port,
+which tests read from that line) and runs until interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..core.errors import ConfigError
+from . import app
+
+
+@app.command()
+def serve(
+    backend: Annotated[str, typer.Option(help="sim or local.")] = "sim",
+    model: Annotated[
+        Path | None, typer.Option(help="Model folder (backend local).", show_default=False)
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 = any free port).")] = 8000,
+    latency_ms: Annotated[
+        str, typer.Option("--latency-ms", help="Latency: 200 (fixed), 100:300, exp:200.")
+    ] = "0",
+    fault_rate: Annotated[
+        float, typer.Option("--fault-rate", help="Share of requests that fail on purpose.")
+    ] = 0.0,
+    fault_mix: Annotated[
+        str, typer.Option("--fault-mix", help="Faults to draw from: 429,500,timeout,garbage.")
+    ] = "429,500,timeout,garbage",
+    retry_after_ms: Annotated[
+        float, typer.Option("--retry-after-ms", help="retry-after sent with injected 429s.")
+    ] = 100.0,
+    hang_s: Annotated[
+        float, typer.Option("--hang-s", help="How long an injected timeout holds the connection.")
+    ] = 30.0,
+    seed: Annotated[int, typer.Option(help="Seed of the fault and latency draws.")] = 0,
+    sim_config: Annotated[
+        str | None,
+        typer.Option("--sim-config", help="Simulator settings as JSON, e.g. '{\"seed\": 1}'."),
+    ] = None,
+    ignore_n: Annotated[
+        bool, typer.Option("--ignore-n", help="Answer one choice whatever n is (old servers).")
+    ] = False,
+    model_name: Annotated[
+        str | None, typer.Option("--model-name", help="Name reported in /v1/models.")
+    ] = None,
+    uvloop: Annotated[bool, typer.Option(help="Use uvloop when installed.")] = True,
+) -> None:
+    """Serve /v1/chat/completions and /v1/models (plus /metrics) over sim or a local model."""
+    from ..llm.base import RoleConfig
+    from ..llm.server import Latency, ServerOptions
+    from ..llm.server import serve as run_server
+
+    if backend == "sim":
+        from pydantic import ValidationError
+
+        from ..llm.sim import SimBackend, SimConfig
+
+        try:
+            cfg = SimConfig.model_validate(json.loads(sim_config) if sim_config else {})
+        except (ValueError, ValidationError) as exc:
+            raise ConfigError(f"--sim-config: {exc}".splitlines()[0]) from None
+        engine = SimBackend(cfg, role="generic", model=model_name or "sim")
+        name = model_name or "sim"
+    elif backend == "local":
+        from ..llm.local import LocalBackend
+
+        if model is None:
+            raise ConfigError("--backend local needs --model PATH (a model folder)")
+        engine = LocalBackend(RoleConfig(backend="local", model=str(model)))
+        engine.load()
+        name = model_name or model.name
+    else:
+        raise ConfigError(f"--backend {backend!r}: choose sim or local")
+
+    options = ServerOptions(
+        model_name=name,
+        latency=Latency.parse(latency_ms),
+        fault_rate=fault_rate,
+        fault_mix=tuple(k.strip() for k in fault_mix.split(",") if k.strip()),
+        retry_after_ms=retry_after_ms,
+        hang_s=hang_s,
+        seed=seed,
+        ignore_n=ignore_n,
+        parse_calls=backend == "local",
+    )
+
+    def ready(bound_host: str, bound_port: int) -> None:
+        print(f"listening on http://{bound_host}:{bound_port}/v1", flush=True)
+        sys.stdout.flush()
+
+    run_server(engine, options, host=host, port=port, use_uvloop=uvloop, on_ready=ready)

@@ -1,0 +1,210 @@
+"""``trajsynth tools``: import tool specifications written by others, look at toolsets, and
+build their function-signature graph.
+
+    trajsynth tools import ../shared/external/bfcl/BFCL_v4_simple_python.json --format bfcl \\
+        --out toolset.json
+    trajsynth tools show toolset.json            # a table of tools; import failures listed
+    trajsynth tools show travel --tool book_flight   # a built-in domain; one tool in full
+    trajsynth tools graph travel --out graph.json --plot graph.png   # function-signature graph
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from ..core.errors import UserError
+from . import app
+from ._common import console
+
+if TYPE_CHECKING:  # the envs layer is imported inside the commands (fast `trajsynth --help`)
+    from ..envs.spec import Toolset, ToolSpec
+
+tools_app = typer.Typer(
+    name="tools",
+    help="Tool specifications: import them from other formats, show toolsets and domains.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+app.add_typer(tools_app, name="tools")
+
+_FAILURES_SHOWN = 20
+
+
+def _load(target: str) -> Toolset:
+    from ..envs.domains import BUILTIN_DOMAINS
+    from ..envs.spec import Toolset
+
+    path = Path(target)
+    if path.exists():
+        return Toolset.load(path)
+    if target in BUILTIN_DOMAINS:
+        return BUILTIN_DOMAINS[target].toolset()
+    raise UserError(
+        f"{target!r} is neither a toolset file nor a built-in domain",
+        hint=f"built-in domains: {', '.join(BUILTIN_DOMAINS)}",
+    )
+
+
+def _signature(tool: ToolSpec) -> str:
+    req = set(tool.required())
+    return ", ".join(p if p in req else f"{p}?" for p in tool.properties())
+
+
+def _issues_table(title: str, issues: list, limit: int | None) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("name")
+    table.add_column("reason")
+    table.add_column("source", style="dim")
+    shown = issues if limit is None else issues[:limit]
+    for issue in shown:
+        table.add_row(issue.name, issue.reason, issue.source)
+    if limit is not None and len(issues) > limit:
+        table.add_row(f"… {len(issues) - limit} more", "(use --failures to list all)", "")
+    return table
+
+
+@tools_app.command("import")
+def import_(
+    src: Annotated[Path, typer.Argument(help="File or folder of specs.")],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="openai | bfcl | tau | toolalpaca | stabletoolbench | apibank",
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="toolset.json to write.")],
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary line.")] = False,
+) -> None:
+    """Convert specs to OpenAI tools; specs that cannot be converted are listed, not fatal."""
+    from ..envs.importers import import_tools
+
+    ts = import_tools(src, fmt)
+    ts.save(out)
+    console.print(
+        f"[green]✓[/] {len(ts)} tools from {ts.records} records of {src} ({fmt}) → {out}"
+        + (f"; [yellow]{len(ts.failures)} failed[/]" if ts.failures else "")
+        + (f"; {len(ts.duplicates)} names defined twice (first kept)" if ts.duplicates else "")
+    )
+    if ts.failures and not quiet:
+        console.print(_issues_table("not imported", ts.failures, _FAILURES_SHOWN))
+
+
+@tools_app.command("show")
+def show(
+    target: Annotated[str, typer.Argument(help="toolset.json, OpenAI tools JSON, or a domain.")],
+    tool: Annotated[str | None, typer.Option("--tool", "-t", help="Show one tool in full.")] = None,
+    failures: Annotated[
+        bool, typer.Option("--failures", help="List every import failure and duplicate.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the OpenAI tools JSON.")] = False,
+) -> None:
+    """A table of the tools (parameters, return fields); import failures listed."""
+    ts = _load(target)
+    if tool is not None:
+        spec = ts.get(tool) or ts.by_source_name(tool)
+        if spec is None:
+            raise UserError(f"no tool {tool!r} in {target}", hint="see `trajsynth tools show`")
+        print(json.dumps(spec.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        return
+    if as_json:
+        print(json.dumps(ts.to_openai(), indent=1, ensure_ascii=False))
+        return
+    summary = ts.summary()
+    table = Table(
+        title=f"{ts.name or target}: {summary['tools']} tools, {summary['parameters']} parameters "
+        f"({summary['required']} required), {summary['with_response']} with a response schema",
+        title_justify="left",
+    )
+    table.add_column("tool", style="bold")
+    table.add_column("parameters (? = optional)")
+    table.add_column("returns")
+    table.add_column("description", overflow="fold")
+    for spec in ts.tools:
+        returns = ", ".join(spec.response_fields()) or (
+            (spec.response or {}).get("type", "") if spec.response else "-"
+        )
+        desc = spec.description if len(spec.description) <= 90 else spec.description[:87] + "…"
+        table.add_row(spec.name, _signature(spec), returns, desc)
+    console.print(table)
+    limit = None if failures else _FAILURES_SHOWN
+    if ts.failures:
+        console.print(_issues_table(f"{len(ts.failures)} not imported", ts.failures, limit))
+    if ts.duplicates:
+        if failures:
+            console.print(_issues_table(f"{len(ts.duplicates)} duplicates", ts.duplicates, None))
+        else:
+            console.print(f"[dim]{len(ts.duplicates)} names were defined more than once in the "
+                          "source (first kept); --failures lists them[/]")  # fmt: skip
+
+
+@tools_app.command("graph")
+def graph(
+    target: Annotated[
+        str, typer.Argument(help="toolset.json, OpenAI tools JSON, a domain, or a foreign spec.")
+    ],
+    fmt: Annotated[
+        str | None,
+        typer.Option("--format", "-f", help="Import TARGET from this format first (see import)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write the graph (node-link JSON).")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Draw the function graph to an image.")
+    ] = None,
+    similarity: Annotated[
+        str, typer.Option(help="Description similarity: auto, lexical or embedding.")
+    ] = "auto",
+    threshold: Annotated[
+        float | None, typer.Option(help="Lowest edge score (default per similarity).")
+    ] = None,
+    edges: Annotated[int, typer.Option(help="Function edges listed (0: none).")] = 25,
+) -> None:
+    """The function-signature graph: node, edge and component counts; edges; a drawing."""
+    from ..graph import GraphConfig, build_graph
+
+    if fmt is not None:
+        from ..envs.importers import import_tools
+
+        ts = import_tools(Path(target), fmt)
+    else:
+        ts = _load(target)
+    try:
+        config = GraphConfig(similarity=similarity, threshold=threshold)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise UserError(f"invalid graph option: {exc.errors()[0]['msg']}") from None  # type: ignore[attr-defined]
+    g = build_graph(ts, config)
+    s = g.stats()
+    console.print(
+        f"[bold]{ts.name or target}[/]: {s['nodes']} nodes ({s['functions']} functions, "
+        f"{s['parameters']} parameters, {s['return_fields']} return fields), {s['edges']} edges "
+        f"({s['feeds_edges']} data-flow), {s['dependent_pairs']} dependent function pairs "
+        f"({s['prerequisite_pairs']} prerequisites), {s['components']} components "
+        f"({s['isolated_functions']} isolated functions); similarity {s['similarity']}"
+    )
+    if edges:
+        table = Table(title="function edges (best first)", title_justify="left")
+        table.add_column("source")
+        table.add_column("target")
+        table.add_column("feeds (field → parameter, score)")
+        table.add_column("prereq", justify="center")
+        ranked = sorted(g.fg.edges(data=True), key=lambda e: (-e[2]["score"], e[0], e[1]))
+        for src, dst, data in ranked[:edges]:
+            feeds = ", ".join(f"{f.field} → {f.param} {f.score:.2f}" for f in data["feeds"][:3])
+            table.add_row(src, dst, feeds, "✓" if data["prerequisite"] else "")
+        if len(ranked) > edges:
+            table.add_row(f"… {len(ranked) - edges} more", "", "(--edges N lists more)", "")
+        console.print(table)
+    if out is not None:
+        g.save(out)
+        console.print(f"graph → {out}")
+    if plot is not None:
+        g.plot(plot)
+        console.print(f"drawing → {plot}")

@@ -1,0 +1,200 @@
+"""``EnvFactory``: what a stage gets as ``ctx.envs``: domains, their tools, fresh environments.
+
+Built from the pipeline's ``defaults.env`` mapping, validated as :class:`EnvConfig`::
+
+    defaults:
+      env:
+        domains: [travel, commerce]        # built-in domains offered (default: all)
+        toolsets: {bfcl_fs: tools/fs.json} # imported toolsets, executed by replaying records
+        python_exec: true                  # add the sandboxed python_exec tool everywhere
+        sandbox: {kind: auto, pool_size: 2, limits: {memory_mb: 256}}
+        recording: record                  # off | record | replay
+        records: runs/tool_records.jsonl
+        max_steps: 32
+
+``make(domain, seed=, initial_state=)`` returns:
+
+1) for a built-in domain, a :class:`~trajsynth.envs.domain.DomainEnvironment` (plus
+   ``python_exec`` when enabled), wrapped in a
+   :class:`~trajsynth.envs.recording.RecordingEnvironment` when ``recording: record``;
+2) with ``recording: replay``, or for an imported toolset (which has no implementation), a
+   :class:`~trajsynth.envs.recording.ReplayEnvironment` over the loaded records.
+
+The factory is cheap to build (nothing starts until used: the sandbox and the records load
+lazily) and safe to share between threads. ``close()`` saves new records and stops the
+sandbox.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from ..core.config import StrictModel
+from ..core.errors import ConfigError
+from .base import Environment
+from .domains import BUILTIN_DOMAINS, example_tasks, get_domain
+from .recording import Recorder, RecordingEnvironment, ReplayEnvironment
+from .sandbox import Sandbox, SandboxConfig
+from .spec import Toolset
+from .tasks import ExampleTask
+
+__all__ = ["EnvConfig", "EnvFactory"]
+
+
+class EnvConfig(StrictModel):
+    """The ``env`` section of a pipeline's defaults."""
+
+    domains: list[str] | None = Field(
+        default=None, description="Built-in domains to offer (default: every one)."
+    )
+    toolsets: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra domains from toolset files (name → path of a toolset.json or OpenAI "
+        "tools JSON); their calls are answered from recorded results.",
+    )
+    python_exec: bool = Field(
+        default=False, description="Offer the sandboxed python_exec tool in built-in domains."
+    )
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    recording: Literal["off", "record", "replay"] = Field(
+        default="off",
+        description="record: save every tool result to `records`; replay: answer calls from "
+        "`records` instead of running tools.",
+    )
+    records: str | None = Field(
+        default=None, description="JSON Lines file of recorded tool results."
+    )
+    max_steps: int = Field(default=64, ge=1, description="Steps before an episode is cut off.")
+    max_observation_chars: int | None = Field(
+        default=16_000, ge=100, description="Longest tool output shown to the model."
+    )
+    validate_arguments: bool = Field(
+        default=True, description="Check arguments against the tool's schema before running."
+    )
+
+
+class EnvFactory:
+    """Domains, toolsets and fresh environments for stages (see the module docstring)."""
+
+    def __init__(self, config: EnvConfig | dict[str, Any] | None = None) -> None:
+        try:
+            self.config = (
+                config if isinstance(config, EnvConfig) else EnvConfig.model_validate(config or {})
+            )
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ConfigError(f"invalid env config at {where or 'env'}: {err['msg']}") from exc
+        for name in self.config.domains or []:
+            get_domain(name)
+        clash = set(self.config.toolsets) & set(BUILTIN_DOMAINS)
+        if clash:
+            raise ConfigError(f"toolsets {sorted(clash)} clash with built-in domain names")
+        if self.config.recording == "replay" and not self.config.records:
+            raise ConfigError("recording: replay needs `records` (a recorded results file)")
+        self._lock = threading.Lock()
+        self._sandbox: Sandbox | None = None
+        self._recorder: Recorder | None = None
+        self._toolsets: dict[str, Toolset] = {}
+        self._python_exec: Any = None
+
+    # -- what is offered ----------------------------------------------------------------
+    def domains(self) -> list[str]:
+        """Every domain name ``make`` accepts."""
+        builtin = self.config.domains if self.config.domains is not None else list(BUILTIN_DOMAINS)
+        return [*builtin, *self.config.toolsets]
+
+    def _check(self, domain: str) -> None:
+        if domain not in self.domains():
+            raise ConfigError(
+                f"unknown domain {domain!r}", hint=f"available: {', '.join(self.domains())}"
+            )
+
+    def toolset(self, domain: str) -> Toolset:
+        """The tools offered in ``domain`` (``Toolset.to_openai()`` is the ``tools`` column)."""
+        self._check(domain)
+        if domain in self.config.toolsets:
+            with self._lock:
+                if domain not in self._toolsets:
+                    ts = Toolset.load(Path(self.config.toolsets[domain]))
+                    self._toolsets[domain] = ts.model_copy(update={"name": domain})
+            return self._toolsets[domain]
+        ts = get_domain(domain).toolset()
+        if self.config.python_exec:
+            ts = ts.merged(Toolset(tools=[self._python_exec_tool().spec]))
+        return ts
+
+    def example_tasks(self, domain: str | None = None) -> list[ExampleTask]:
+        """The hand-written example tasks of one built-in domain (or of all offered ones)."""
+        if domain is not None:
+            self._check(domain)
+            return example_tasks(domain)
+        return [t for d in self.domains() if d in BUILTIN_DOMAINS for t in example_tasks(d)]
+
+    # -- services -------------------------------------------------------------------------
+    @property
+    def sandbox(self) -> Sandbox:
+        """The shared sandbox (started on first use)."""
+        with self._lock:
+            if self._sandbox is None:
+                self._sandbox = Sandbox(self.config.sandbox)
+            return self._sandbox
+
+    @property
+    def recorder(self) -> Recorder:
+        with self._lock:
+            if self._recorder is None:
+                self._recorder = Recorder(self.config.records)
+            return self._recorder
+
+    def _python_exec_tool(self) -> Any:
+        if self._python_exec is None:
+            from .python_exec import make_python_exec
+
+            self._python_exec = make_python_exec(self.sandbox)
+        return self._python_exec
+
+    # -- environments -----------------------------------------------------------------------
+    def make(
+        self, domain: str, *, seed: int = 0, initial_state: dict[str, Any] | None = None
+    ) -> Environment:
+        """A fresh environment for ``domain`` in the state of ``seed`` (+ ``initial_state``)."""
+        self._check(domain)
+        cfg = self.config
+        common = {"max_steps": cfg.max_steps, "max_observation_chars": cfg.max_observation_chars}
+        if cfg.recording == "replay" or domain in cfg.toolsets:
+            return ReplayEnvironment(
+                domain,
+                self.toolset(domain),
+                self.recorder,
+                seed=seed,
+                initial_state=initial_state,
+                **common,
+            )
+        extra = [self._python_exec_tool()] if cfg.python_exec else None
+        env: Environment = get_domain(domain).make(
+            seed=seed,
+            initial_state=initial_state,
+            extra_tools=extra,
+            validate_arguments=cfg.validate_arguments,
+            **common,
+        )
+        if cfg.recording == "record":
+            env = RecordingEnvironment(env, self.recorder)
+        return env
+
+    def flush(self) -> None:
+        """Save the records made so far (recording: record)."""
+        if self._recorder is not None and self.config.recording == "record":
+            self._recorder.save()
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            if self._sandbox is not None:
+                self._sandbox.close()
+                self._sandbox = None

@@ -1,0 +1,717 @@
+"""Sandbox worker: a pre-started process that isolates itself once, then forks one child per
+execution. Standard library only, and run by path (``python -I -S _worker.py MODE SCRATCH``)
+with an empty environment, so it starts in ~15 ms and holds no secret of the parent (a
+forked child's ``/proc/self/environ`` is its exec-time environment: the worker's, not the
+trajsynth process's).
+
+Setup, once per worker (MODE ``namespace``):
+
+1) ``unshare`` new network, mount and PID namespaces (plus a user namespace when not root,
+   mapping the caller to uid 0 inside): the network namespace has only a loopback that is
+   down, so nothing can be reached;
+2) make every mount read-only (``mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)``, or a
+   remount of each mount point on older kernels) and mount a size-limited tmpfs on SCRATCH,
+   the only writable place;
+3) fork the serving process, which is PID 1 of the new PID namespace, and mount a fresh
+   ``/proc`` there so no host process is visible.
+
+MODE ``bwrap`` means bubblewrap already did 1-3 (the worker runs as PID 1, ``--as-pid-1``);
+MODE ``rlimit`` means no isolation is available: only rlimits and the uid switch apply.
+
+Per execution (a request on stdin: 4-byte big-endian length + JSON):
+
+4) make a private run folder under SCRATCH (one per worker, emptied after each run) and
+   write the request's files into it;
+5) fork a child: new session (its own process group), stdin/stdout/stderr on pipes, every
+   other file descriptor closed, cwd = the run folder, rlimits (CPU, address space, file
+   size, processes, open files, no core dumps), a uid of its own when the worker is root
+   (otherwise all capabilities dropped), ``no_new_privs`` (set once on the worker, and
+   inherited), a scrubbed environment; then it runs the Python code in-process (no
+   interpreter start-up; code up to 20,000 characters arrives compiled by the worker) or
+   ``execve``s the argv;
+6) collect output (capped) until the child exits or the wall-clock timeout, which kills the
+   process group;
+7) kill everything the execution left behind: as PID 1 of the namespace, ``kill(-1,
+   SIGKILL)`` reaches every other process in it; in rlimit mode a reaper with the
+   execution's uid does the same for that uid only; then reap, remove the run folder and
+   answer with stdout, stderr, exit status, timing and which limit (if any) stopped it.
+"""
+
+# ruff: noqa: SIM105 - try/except/pass, not contextlib: the worker imports as little as it can
+import ctypes
+import errno
+import gc
+import json
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+import time
+import traceback
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+SYS_MOUNT_SETATTR = 442  # same number on x86_64 and aarch64 (generic syscall table)
+PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 38, 1, 24, 28
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
+MNT_DETACH = 2
+SECBIT_NOROOT_ALL = 0x3 | 0xC | 0x30  # noroot, no_setuid_fixup, keep_caps_locked
+UID_BASE = 1_800_000_000
+MEMORY_EXIT = 113  # the child's exit code after a MemoryError
+COMPILE_IN_WORKER_CHARS = 20_000
+_libc = None
+
+
+def libc():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _check(ret, what):
+    if ret != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def mount(source, target, fstype, flags, data=None):
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    _check(
+        libc().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+        f"mount {target}",
+    )
+
+
+class MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def make_readonly():
+    """Step 2: every mount read-only (one syscall on Linux >= 5.12, else mount by mount)."""
+    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    ret = libc().syscall(
+        SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+    )
+    if ret == 0:
+        return
+    locked = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split() for line in f]
+    for fields in sorted(mounts, key=lambda x: len(x[4])):
+        point, options = fields[4].replace("\\040", " "), fields[5].split(",")
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for opt in options:
+            flags |= locked.get(opt, 0)
+        try:
+            mount(None, point, None, flags)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.ENOENT, errno.EINVAL):
+                raise
+
+
+def hidden_ancestors(paths):
+    """{ancestor: [paths]} for each path below a folder others cannot enter (e.g. a Python
+    installed under /root): the run's uid could not read it."""
+    plan = {}
+    tops = []
+    for p in sorted({os.path.realpath(p) for p in paths if p}):
+        if not any(p == t or p.startswith(t + "/") for t in tops):
+            tops.append(p)
+    for p in tops:
+        parts = p.strip("/").split("/")
+        for depth in range(1, len(parts) + 1):
+            anc = "/" + "/".join(parts[:depth])
+            try:
+                mode = os.stat(anc).st_mode
+            except OSError:
+                break
+            if not mode & 0o001:
+                if anc != p:
+                    plan.setdefault(anc, []).append(p)
+                break
+    return plan
+
+
+def expose(paths, scratch):
+    """Step 2a: hide each closed ancestor under a tmpfs and bind back only ``paths`` (the
+    interpreter's prefix), so the run's uid can read the standard library and nothing else
+    of that folder."""
+    for i, (anc, inner) in enumerate(sorted(hidden_ancestors(paths).items())):
+        stashes = []
+        for j, p in enumerate(inner):
+            stash = os.path.join(scratch, f".stash-{i}-{j}")
+            os.mkdir(stash)
+            mount(p, stash, None, MS_BIND | MS_REC)
+            stashes.append((stash, p))
+        mount("tmpfs", anc, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+        for stash, p in stashes:
+            os.makedirs(p, mode=0o755, exist_ok=True)
+            mount(stash, p, None, MS_BIND | MS_REC)
+            _check(libc().umount2(stash.encode(), MNT_DETACH), f"umount {stash}")
+            os.rmdir(stash)
+
+
+def interpreter_paths():
+    return [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
+
+
+def setup_namespace(scratch, tmpfs_mb):
+    """Steps 1-2."""
+    root = os.geteuid() == 0
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | (0 if root else CLONE_NEWUSER)
+    _check(libc().unshare(flags), "unshare")
+    if not root:
+        for path, text in (
+            ("/proc/self/setgroups", "deny"),
+            ("/proc/self/uid_map", f"0 {uid} 1"),
+            ("/proc/self/gid_map", f"0 {gid} 1"),
+        ):
+            with open(path, "w") as f:
+                f.write(text)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    expose(interpreter_paths(), scratch)
+    make_readonly()
+    mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0755")
+
+
+def drop_capabilities():
+    """Userns mode: no capability survives, not even through execve of a uid-0 process."""
+    lib = libc()
+    for cap in range(64):
+        lib.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    lib.prctl(PR_SET_SECUREBITS, SECBIT_NOROOT_ALL, 0, 0, 0)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("e", ctypes.c_uint32), ("p", ctypes.c_uint32), ("i", ctypes.c_uint32)]
+
+    data = (Data * 2)()
+    lib.capset(ctypes.byref(Header(0x20080522, 0)), data)
+
+
+def _print_user_traceback():
+    """The traceback of the sandboxed code, without the worker's own frame."""
+    etype, value, tb = sys.exc_info()
+    traceback.print_exception(etype, value, tb.tb_next if tb is not None else None)
+
+
+# --------------------------------------------------------------------------------------
+# protocol
+# --------------------------------------------------------------------------------------
+
+
+def read_exact(fd, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def recv(fd):
+    head = read_exact(fd, 4)
+    if head is None:
+        return None
+    body = read_exact(fd, struct.unpack(">I", head)[0])
+    return None if body is None else json.loads(body)
+
+
+def send(fd, obj):
+    data = json.dumps(obj).encode()
+    data = struct.pack(">I", len(data)) + data
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+# --------------------------------------------------------------------------------------
+# one execution
+# --------------------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, mode, scratch, ctl_in, ctl_out, exec_uid):
+        """``exec_uid``: the uid runs switch to (real root only), else None."""
+        self.mode = mode
+        self.scratch = scratch
+        self.ctl_in, self.ctl_out = ctl_in, ctl_out
+        self.root = exec_uid is not None
+        self.exec_uid = exec_uid
+        self.pid1 = os.getpid() == 1
+        self.runs = 0
+        self.run_dir = None
+
+    def warm_up(self, preload):
+        """Pay once, in the worker, the first-use costs every child would pay after fork:
+        the compiler's first ``compile`` (~2.5 ms), ctypes symbol lookup, environ writes,
+        and imports of commonly used modules."""
+        exec(compile("_ = [i * 2 for i in range(3)]", "<warm-up>", "exec"), {})
+        print("", end="", flush=True)  # sys.stdout's first write (fd 1 is /dev/null here)
+        libc().prctl  # noqa: B018 - resolves the symbols
+        libc().syscall  # noqa: B018
+        os.environ["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
+        for name in preload:
+            try:
+                __import__(name)
+            except ImportError:
+                pass
+        gc.freeze()  # keep the collector from touching (and so copying) inherited objects
+
+    def serve(self, info, preload=()):
+        self.warm_up(preload)
+        # no_new_privs is inherited and can never be unset: set once here, every run has it
+        libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        # every descriptor a run must not inherit is below this (pipes reuse low numbers)
+        self.fd_limit = max(int(fd) for fd in os.listdir("/proc/self/fd")) + 32
+        send(self.ctl_out, {"ready": True, **info})
+        while True:
+            req = recv(self.ctl_in)
+            if req is None:
+                return
+            try:
+                resp = self.execute(req)
+            except Exception as exc:  # a worker bug: report it, keep serving
+                resp = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+            resp["id"] = req.get("id")
+            send(self.ctl_out, resp)
+
+    # 4) run folder
+    def prepare(self, req):
+        """The run folder: one per worker, emptied after every execution (so a run never
+        sees another's files), recreated if a run left it unusable."""
+        if self.run_dir is None:
+            self.runs += 1
+            self.run_dir = os.path.join(self.scratch, f"run-{os.getpid()}-{self.runs}")
+            os.mkdir(self.run_dir, 0o700)
+            if self.exec_uid is not None:
+                os.chown(self.run_dir, self.exec_uid, self.exec_uid)
+        run_dir = self.run_dir
+        for rel, content in (req.get("files") or {}).items():
+            path = os.path.normpath(os.path.join(run_dir, rel))
+            if not path.startswith(run_dir + os.sep):
+                raise ValueError(f"file path {rel!r} leaves the run folder")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(content)
+            if self.exec_uid is not None:
+                for p in (path, os.path.dirname(path)):
+                    os.chown(p, self.exec_uid, self.exec_uid)
+        return run_dir
+
+    def execute(self, req):
+        run_dir = self.prepare(req)
+        limits = req.get("limits") or {}
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe()
+        self.set_environment(run_dir, req.get("env") or {})
+        compiled = None
+        code = req.get("code", "")
+        # short code is compiled here, once, so the child only runs it (compiling in the child
+        # costs copy-on-write faults); long code is compiled in the child, under its limits
+        if not req.get("argv") and len(code) <= COMPILE_IN_WORKER_CHARS:
+            try:
+                compiled = compile(code, "<sandbox>", "exec")
+            except (SyntaxError, ValueError) as exc:
+                compiled = exc
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:  # 5) the child
+            try:
+                self.child(req, limits, run_dir, in_r, out_w, err_w, compiled)
+            except BaseException:
+                os.write(2, ("sandbox: set-up failed\n" + traceback.format_exc()).encode())
+            finally:
+                os._exit(127)
+        for fd in (out_w, err_w, in_r):
+            os.close(fd)
+        result = self.collect(pid, req, limits, out_r, err_r, in_w, start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        result["cpu_s"] = round(
+            (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 4
+        )
+        try:
+            self.cleanup(run_dir)
+        except OSError:  # a run made its folder unremovable (rlimit mode): use a new one
+            self.run_dir = None
+        return result
+
+    def set_environment(self, run_dir, extra):
+        """The child's scrubbed environment, written here so the child inherits it (changing
+        it after the fork would copy-on-write pages in every child)."""
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": run_dir,
+            "TMPDIR": run_dir,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **{str(k): str(v) for k, v in extra.items()},
+        }
+        for key in [k for k in os.environ if k not in env]:
+            del os.environ[key]
+        for key, value in env.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+    def child(self, req, limits, run_dir, in_r, out_w, err_w, compiled):
+        os.setsid()
+        os.dup2(in_r, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, self.fd_limit)  # every other descriptor
+        os.chdir(run_dir)
+        cpu = max(1, int(float(limits.get("cpu_seconds", 10)) + 0.999))
+        mem = int(limits.get("memory_mb", 512)) << 20
+        for res, value in (
+            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+            (resource.RLIMIT_AS, (mem, mem)),
+            (resource.RLIMIT_FSIZE, ((int(limits.get("file_size_mb", 16)) << 20),) * 2),
+            (resource.RLIMIT_NPROC, (int(limits.get("max_processes", 64)),) * 2),
+            (resource.RLIMIT_NOFILE, (int(limits.get("max_open_files", 256)),) * 2),
+            (resource.RLIMIT_CORE, (0, 0)),
+        ):
+            resource.setrlimit(res, value)
+        if self.exec_uid is not None:
+            os.setgroups([])
+            os.setresgid(self.exec_uid, self.exec_uid, self.exec_uid)
+            os.setresuid(self.exec_uid, self.exec_uid, self.exec_uid)
+            libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files stay readable
+        elif self.mode != "rlimit":
+            drop_capabilities()
+        env = dict(os.environ)  # set up by execute() before the fork
+        argv = req.get("argv")
+        if argv:
+            path = argv[0]
+            if "/" not in path:  # resolve on PATH here (os.execvpe imports modules)
+                for d in env["PATH"].split(":"):
+                    cand = os.path.join(d, path)
+                    if os.access(cand, os.X_OK) and not os.path.isdir(cand):
+                        path = cand
+                        break
+            try:
+                os.execve(path, argv, env)
+            except OSError as exc:
+                os.write(2, f"sandbox: cannot execute {argv[0]}: {exc.strerror}\n".encode())
+                os._exit(127)
+        code = 0
+        try:
+            sys.argv = ["<sandbox>"]
+            sys.path.insert(0, run_dir)
+            if compiled is None:
+                compiled = compile(req.get("code", ""), "<sandbox>", "exec")
+            if isinstance(compiled, BaseException):  # a SyntaxError, shown as Python would
+                traceback.print_exception(type(compiled), compiled, None)
+                code = 1
+            else:
+                exec(compiled, {"__name__": "__main__"})
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, (int, type(None))):
+                print(exc.code, file=sys.stderr)
+        except MemoryError:
+            code = MEMORY_EXIT
+            _print_user_traceback()
+        except BaseException:
+            code = 1
+            _print_user_traceback()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except Exception:
+                pass
+            os._exit(code)
+
+    # 6) output and timeout
+    def collect(self, pid, req, limits, out_r, err_r, in_w, start):
+        cap = int(limits.get("output_bytes", 1_000_000))
+        timeout = float(req.get("timeout", 10))
+        deadline = start + timeout
+        bufs = {out_r: bytearray(), err_r: bytearray()}
+        truncated = {out_r: False, err_r: False}
+        stdin = (req.get("stdin") or "").encode()
+        if stdin:
+            os.set_blocking(in_w, False)
+        else:
+            os.close(in_w)
+            in_w = None
+        open_fds = [out_r, err_r]
+        timed_out = False
+        status = None
+        exited_at = None
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        usage = None
+        while True:
+            now = time.monotonic()
+            if status is None:
+                done, st, ru = os.wait4(pid, os.WNOHANG)
+                if done:
+                    status, exited_at, usage = st, now, ru
+            if status is not None and (not open_fds or now - exited_at > 0.05):
+                break
+            if status is None and now >= deadline:
+                timed_out = True
+                self.kill_group(pid)
+                _, status, usage = os.wait4(pid, 0)
+                exited_at = time.monotonic()
+                continue
+            idle = 1.0 if pidfd is not None else 0.002
+            wait = min(deadline - now, 0.05 if status is not None else idle)
+            rlist = list(open_fds) + ([pidfd] if pidfd is not None and status is None else [])
+            wlist = [in_w] if in_w is not None else []
+            readable, writable, _ = select.select(rlist, wlist, [], max(wait, 0))
+            for fd in readable:
+                if fd == pidfd:
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    open_fds.remove(fd)
+                    continue
+                room = cap - len(bufs[fd])
+                if room > 0:
+                    bufs[fd] += chunk[:room]
+                if len(chunk) > room:
+                    truncated[fd] = True
+            if writable:
+                try:
+                    stdin = stdin[os.write(in_w, stdin) :]
+                except BlockingIOError:
+                    pass
+                except BrokenPipeError:
+                    stdin = b""
+                if not stdin:
+                    os.close(in_w)
+                    in_w = None
+        duration = (exited_at or time.monotonic()) - start
+        # 7) nothing outlives the execution
+        self.kill_rest(pid)
+        for fd in (out_r, err_r, pidfd, in_w):
+            if fd is not None:
+                os.close(fd)
+        result = self.describe(status, timed_out, duration, limits, bufs, truncated, out_r, err_r)
+        result["max_rss_kb"] = usage.ru_maxrss if usage is not None else None
+        return result
+
+    def describe(self, status, timed_out, duration, limits, bufs, truncated, out_r, err_r):
+        exit_code, sig = None, None
+        if os.WIFEXITED(status):
+            exit_code = os.WEXITSTATUS(status)
+        elif os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            exit_code = -sig
+        stderr = bufs[err_r].decode("utf-8", "replace")
+        killed_by = None
+        if timed_out:
+            killed_by = "timeout"
+        elif (
+            sig in (signal.SIGXCPU, signal.SIGKILL)
+            and duration >= float(limits.get("cpu_seconds", 10)) * 0.9
+        ) or sig == signal.SIGXCPU:
+            killed_by = "cpu"
+        elif sig == signal.SIGXFSZ or "[Errno 27] File too large" in stderr[-2000:]:
+            killed_by = "file_size"  # Python ignores SIGXFSZ: the write raises EFBIG instead
+        elif exit_code == MEMORY_EXIT and "MemoryError" in stderr[-2000:]:
+            killed_by = "memory"
+        elif sig is not None:
+            killed_by = "signal"
+        return {
+            "stdout": bufs[out_r].decode("utf-8", "replace"),
+            "stderr": stderr,
+            "exit_code": exit_code,
+            "signal": sig,
+            "timed_out": timed_out,
+            "killed_by": killed_by,
+            "duration_s": round(duration, 6),
+            "stdout_truncated": truncated[out_r],
+            "stderr_truncated": truncated[err_r],
+        }
+
+    def kill_group(self, pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def kill_rest(self, pid):
+        """Step 7."""
+        self.kill_group(pid)
+        if self.pid1:
+            try:
+                os.kill(-1, signal.SIGKILL)  # every other process of this PID namespace
+            except ProcessLookupError:
+                pass
+        elif self.exec_uid is not None:  # rlimit mode as root: a reaper with the run's uid
+            reaper = os.fork()
+            if reaper == 0:
+                try:
+                    os.setresuid(self.exec_uid, self.exec_uid, self.exec_uid)
+                    os.kill(-1, signal.SIGKILL)
+                finally:
+                    os._exit(0)
+            os.waitpid(reaper, 0)
+        else:  # rlimit mode, not root: we are a child subreaper, so orphans come to us
+            self.kill_descendants()
+        while True:  # reap (orphans come to us: PID 1 or child subreaper)
+            try:
+                done, _ = os.waitpid(-1, 0 if self.pid1 else os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done == 0:
+                break
+
+    def kill_descendants(self, budget_s=2.0):
+        """Kill our children until none is left: each time a process dies, its own children
+        are reparented to us (child subreaper), so the loop reaches every descendant."""
+        deadline = time.monotonic() + budget_s
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/self/task/{os.getpid()}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                return  # no /proc children list: the process group kill is all we have
+            if not kids:
+                return
+            for k in kids:
+                try:
+                    os.killpg(k, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    os.kill(k, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            for k in kids:
+                try:
+                    os.waitpid(k, 0)
+                except ChildProcessError:
+                    pass
+
+    def cleanup(self, run_dir):
+        """Empty the run folder and restore its owner and mode."""
+        st = os.stat(run_dir)
+        owner = self.exec_uid if self.exec_uid is not None else os.getuid()
+        if st.st_mode & 0o7777 != 0o700 or st.st_uid != owner:
+            os.chmod(run_dir, 0o700)
+            if self.exec_uid is not None:
+                os.chown(run_dir, owner, owner)
+        with os.scandir(run_dir) as it:
+            entries = [e.path for e in it]
+        for path in entries:
+            if os.path.isdir(path) and not os.path.islink(path):
+                for base, dirs, names in os.walk(path, topdown=False):
+                    for n in names:
+                        os.unlink(os.path.join(base, n))
+                    for d in dirs:
+                        sub = os.path.join(base, d)
+                        os.unlink(sub) if os.path.islink(sub) else os.rmdir(sub)
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+
+
+def run_worker(mode, scratch, config, ctl_in, ctl_out):
+    """Set up one worker (steps 1-3) on the control descriptors and serve until EOF."""
+    real_root = os.geteuid() == 0  # decided before a user namespace makes everyone uid 0
+    exec_uid = None
+    if real_root:  # unique while this worker lives: our host pid (or the manager's choice)
+        exec_uid = int(config.get("uid") or UID_BASE + os.getpid() % 100_000_000)
+    info = {"isolation": mode, "uid": exec_uid, "pid": os.getpid()}
+    try:
+        if mode == "namespace":
+            setup_namespace(scratch, int(config.get("tmpfs_mb", 64)))  # 1-2
+            pid = os.fork()  # 3) the server is PID 1 of the new namespace
+            if pid:
+                os.close(ctl_in)
+                if ctl_out != ctl_in:
+                    os.close(ctl_out)
+                _, status = os.waitpid(pid, 0)
+                os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+            libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            try:
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                info["proc"] = "private"
+            except OSError as exc:
+                info["proc"] = f"host ({exc.strerror})"
+        elif mode == "rlimit":
+            libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except Exception as exc:
+        send(ctl_out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        os._exit(3)
+    Worker(mode, scratch, ctl_in, ctl_out, exec_uid).serve(info, config.get("preload", ()))
+    os._exit(0)
+
+
+def zygote(config):
+    """A clean, warmed-up process that forks new workers on request, so a new isolated
+    worker costs a fork and the isolation set-up instead of an interpreter start.
+
+    Requests arrive on a SOCK_SEQPACKET socket (fd 0): ``{"mode", "scratch", "config"}`` with
+    the new worker's control socket attached (SCM_RIGHTS)."""
+    import socket
+
+    sock = socket.socket(fileno=os.dup(0))
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    Worker("zygote", "/", None, None, None).warm_up(config.get("preload", ()))
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped automatically
+    sock.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 65536, 1)
+        except OSError:
+            return
+        if not msg:
+            return
+        req = json.loads(msg)
+        if not fds:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.setsid()
+                sock.close()
+                run_worker(req["mode"], req["scratch"], req.get("config") or {}, fds[0], fds[0])
+            finally:
+                os._exit(4)
+        os.close(fds[0])
+
+
+def main():
+    if sys.argv[1] == "zygote":
+        zygote(json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})
+        return
+    mode, scratch = sys.argv[1], sys.argv[2]
+    config = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    ctl_in, ctl_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    run_worker(mode, scratch, config, ctl_in, ctl_out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,511 @@
+"""``backend: openai`` — any OpenAI-compatible chat endpoint (OpenAI, vLLM, SGLang, llama.cpp,
+Ollama, ``trajsynth serve``) through the official ``openai`` package (``AsyncOpenAI``).
+
+For each request:
+
+1. take a slot from the endpoint's adaptive limiter (``trajsynth.llm.limiter``; one per
+   (base_url, model), shared by every role). Waiting here is never a failure;
+2. send it with the SDK's own retries switched off (``max_retries=0``) — retrying is done
+   here, by error class:
+
+   - 429: tell the limiter (halve, pause for ``retry-after``), give the slot back, wait,
+     retry; at most ``max_rate_limit_retries`` times, then :class:`RateLimited`;
+   - 5xx, connection errors, timeouts, unreadable bodies: exponential backoff with full jitter
+     (``backoff_base_s`` doubling up to ``backoff_max_s``), at most ``max_retries`` times;
+   - 401/403/404: :class:`FatalEndpointError` at once (the key or the model is wrong, and
+     every request would fail alike);
+   - other 4xx: fail this request with the server's message (recorded on its row);
+   - an endpoint that never answered any request and refuses connections after the retries:
+     :class:`FatalEndpointError` ("cannot reach ...");
+3. ``n > 1``: ask the server for ``n`` choices in one request; when it returns fewer
+   (servers without ``n``), send the missing ones as separate requests (seed + i when a seed
+   is set) and remember that this endpoint needs fan-out.
+
+The HTTP connection pool keeps ``max_concurrency`` connections alive (the SDK's default keeps
+100, so at higher concurrency every request above 100 opens a new connection: measured as
+the largest client cost in ``bench/llm_throughput.py``). The API key comes from the role
+config or the environment and is never logged, cached or written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import functools
+import inspect
+import json
+import random
+import time
+import weakref
+from typing import Any
+
+from ..core.errors import ConfigError, EndpointError, RateLimited
+from .base import (
+    Backend,
+    BackendReply,
+    ChatRequest,
+    FatalEndpointError,
+    RawChoice,
+    RoleConfig,
+    TokenLogprob,
+    Usage,
+)
+from .limiter import AIMDLimiter
+
+__all__ = ["OpenAIBackend", "aclose_http_clients", "retry_after_seconds"]
+
+# per event loop: (base_url, model) -> limiter, and (base_url, key hash, pool) -> SDK client
+_LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], AIMDLimiter]]
+_LIMITERS = weakref.WeakKeyDictionary()
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Any]]
+_CLIENTS = weakref.WeakKeyDictionary()
+
+
+def retry_after_seconds(headers: Any, default: float) -> float:
+    """Seconds to wait from ``retry-after-ms`` / ``retry-after`` (seconds or HTTP date)."""
+    if headers is None:
+        return default
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000.0)
+        value = headers.get("retry-after")
+        if value is None:
+            return default
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def _counted(exc: EndpointError, attempts: int) -> EndpointError:
+    """Attach the number of HTTP requests sent, so failed calls are counted too."""
+    exc.attempts = attempts  # type: ignore[attr-defined]
+    return exc
+
+
+class _Retry(Exception):
+    """Internal: this attempt failed in a way worth retrying."""
+
+    def __init__(self, kind: str, message: str, wait: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind  # rate_limited | transient | connect
+        self.message = message
+        self.wait = wait
+
+
+class OpenAIBackend(Backend):
+    """Requests to one OpenAI-compatible endpoint (see the module docstring)."""
+
+    name = "openai"
+
+    def __init__(self, config: RoleConfig) -> None:
+        if not config.base_url and not config.model:
+            raise EndpointError("openai backend: set `model` (and `base_url` for other servers)")
+        self.config = config
+        self.base_url = config.base_url
+        self.model = config.model
+        self._api_key = config.resolved_api_key()
+        self._native_n = config.native_n
+        self._ever_ok = False
+        #: attempts by outcome, for tests and the bench (process-wide for this backend)
+        self.stats = {"sent": 0, "ok": 0, "rate_limited": 0, "transient": 0, "client_error": 0}
+
+    # -- per-loop state --------------------------------------------------------------------
+    def _limiter(self) -> AIMDLimiter:
+        loop = asyncio.get_running_loop()
+        table = _LIMITERS.setdefault(loop, {})
+        key = (self.base_url or "", self.model)
+        lim = table.get(key)
+        if lim is None:
+            lim = table[key] = AIMDLimiter(
+                self.config.max_concurrency, floor=self.config.min_concurrency
+            )
+        return lim
+
+    def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        table = _CLIENTS.setdefault(loop, {})
+        cfg = self.config
+        key = (self.base_url, hash(self._api_key), cfg.max_concurrency, cfg.timeout_s)
+        client = table.get(key)
+        if client is None:
+            import openai
+
+            http_mod = _http_module()
+            # the limiter bounds what is in flight; the pool must never make a request wait
+            # (a wait there would count against the timeout), so it is not capped below it
+            limits = http_mod.Limits(
+                max_connections=_UNCAPPED,
+                max_keepalive_connections=cfg.max_concurrency,
+                keepalive_expiry=30.0,
+            )
+            timeout = http_mod.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
+            if _use_aiohttp(cfg.http_client):
+                http = openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
+            else:
+                http = openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+            if not table:
+                _close_at_exit(loop)
+            client = table[key] = openai.AsyncOpenAI(
+                base_url=self.base_url,
+                api_key=self._api_key,
+                max_retries=0,
+                http_client=http,
+                timeout=timeout,
+            )
+        return client
+
+    # -- one logical request -----------------------------------------------------------------
+    async def complete(self, request: ChatRequest) -> BackendReply:
+        n = request.n
+        if n == 1 or self._native_n is not False:
+            reply = await self._with_retries(request)
+            if len(reply.choices) >= n or n == 1:
+                if n > 1 and self._native_n is None:
+                    self._native_n = True
+                reply.choices = reply.choices[:n]
+                return reply
+            # the server ignored n: fan out the rest from now on
+            self._native_n = False
+            got = reply
+        else:
+            got = BackendReply(choices=[], usage=Usage(), model=self.model)
+        missing = n - len(got.choices)
+        start = len(got.choices)
+        subs = [
+            request.model_copy(
+                update={"n": 1, "seed": None if request.seed is None else request.seed + start + i}
+            )
+            for i in range(missing)
+        ]
+        results = await asyncio.gather(
+            *(self._with_retries(s) for s in subs), return_exceptions=True
+        )
+        choices = list(got.choices)
+        usage, attempts, partial = got.usage, got.attempts, list(got.partial_errors)
+        for res in results:
+            if isinstance(res, FatalEndpointError):
+                raise res
+            if isinstance(res, BaseException):
+                if not isinstance(res, EndpointError):
+                    raise res
+                partial.append(str(res))
+                attempts += int(getattr(res, "attempts", 0))
+                continue
+            choices.extend(res.choices[:1])
+            usage = usage + res.usage
+            attempts += res.attempts
+        if not choices:
+            raise _counted(
+                EndpointError(partial[0] if partial else "no choices returned"), attempts
+            )
+        return BackendReply(
+            choices=choices,
+            usage=usage,
+            model=got.model or self.model,
+            attempts=attempts,
+            partial_errors=partial,
+        )
+
+    async def _with_retries(self, request: ChatRequest) -> BackendReply:
+        cfg = self.config
+        limiter = self._limiter()
+        transient = rate_limited = attempts = 0
+        while True:
+            sent_at = await limiter.acquire()
+            attempts += 1
+            try:
+                reply = await self._send(request)
+            except _Retry as retry:
+                limiter.release()
+                if retry.kind == "rate_limited":
+                    rate_limited += 1
+                    limiter.on_rate_limited(retry.wait or cfg.backoff_base_s, sent_at)
+                    if rate_limited > cfg.max_rate_limit_retries:
+                        raise _counted(
+                            RateLimited(
+                                f"{self._where()}: still rate limited (429) after {attempts} "
+                                f"attempts: {retry.message}"
+                            ),
+                            attempts,
+                        ) from None
+                    await asyncio.sleep(retry.wait or cfg.backoff_base_s)
+                    continue
+                transient += 1
+                if transient > cfg.max_retries:
+                    if retry.kind == "connect" and not self._ever_ok:
+                        raise FatalEndpointError(
+                            f"cannot reach {self.base_url or 'the OpenAI API'}: {retry.message}",
+                            hint="is the server running? check `base_url` in the role config",
+                        ) from None
+                    raise _counted(
+                        EndpointError(
+                            f"{self._where()}: failed after {attempts} attempts: {retry.message}"
+                        ),
+                        attempts,
+                    ) from None
+                cap = min(cfg.backoff_max_s, cfg.backoff_base_s * (2 ** (transient - 1)))
+                await asyncio.sleep(random.uniform(0.0, cap))
+                continue
+            except EndpointError as exc:
+                limiter.release()
+                raise _counted(exc, attempts) from None
+            except BaseException:
+                limiter.release()
+                raise
+            limiter.release()
+            limiter.on_success()
+            self._ever_ok = True
+            reply.attempts = attempts
+            return reply
+
+    def _where(self) -> str:
+        return f"{self.base_url or 'openai'} ({self.model})"
+
+    async def _send(self, request: ChatRequest) -> BackendReply:
+        """One HTTP request; raises _Retry for retryable failures, EndpointError otherwise."""
+        import openai
+
+        body: dict[str, Any] = {"model": self.model, "messages": request.messages}
+        if request.tools:
+            body["tools"] = request.tools
+        if request.n != 1:
+            body["n"] = request.n
+        for name in ("temperature", "top_p", "max_tokens", "seed", "stop"):
+            value = getattr(request, name)
+            if value is not None:
+                body[name] = value
+        if request.logprobs:
+            body["logprobs"] = True
+            if request.top_logprobs:
+                body["top_logprobs"] = request.top_logprobs
+        body.update(self.config.extra_body)
+        if request.extra_body:
+            body.update(request.extra_body)
+        if self.config.send_metadata and request.metadata is not None:
+            body["trajsynth_metadata"] = request.metadata
+        self.stats["sent"] += 1
+        try:
+            # the SDK's generic `post` (its documented way to call any endpoint): same HTTP
+            # client, auth and error classes. The body is serialized once, here, and sent as
+            # bytes where the SDK allows it: the typed `create` transforms every field and
+            # `post(body=...)` deep-copies the body, which cost more CPU than our whole client
+            # at 512 requests in flight (bench/llm_throughput.py)
+            client = self._client()
+            if _post_takes_content(client):
+                response = await client.post(
+                    "/chat/completions",
+                    content=json.dumps(body, ensure_ascii=False).encode(),
+                    cast_to=_http_module().Response,
+                    options=_JSON_OPTIONS,
+                )
+            else:
+                response = await client.post(
+                    "/chat/completions", body=body, cast_to=_http_module().Response
+                )
+            data = json.loads(response.content)
+        except openai.RateLimitError as exc:
+            self.stats["rate_limited"] += 1
+            wait = retry_after_seconds(
+                getattr(exc.response, "headers", None), self.config.backoff_base_s
+            )
+            raise _Retry("rate_limited", _server_message(exc), wait) from None
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            if status >= 500 or status in (408, 409):
+                self.stats["transient"] += 1
+                raise _Retry("transient", f"HTTP {status}: {_server_message(exc)}") from None
+            self.stats["client_error"] += 1
+            message = f"{self._where()}: HTTP {status}: {_server_message(exc)}"
+            if status in (401, 403):
+                raise FatalEndpointError(
+                    message, hint="check api_key / api_key_env in the role config"
+                ) from None
+            if status == 404:
+                raise FatalEndpointError(
+                    message, hint="check `model` and `base_url` in the role config"
+                ) from None
+            raise EndpointError(message) from None
+        except openai.APIConnectionError as exc:  # also APITimeoutError
+            self.stats["transient"] += 1
+            root = _root_cause(exc)
+            if _is_connect_failure(exc):
+                raise _Retry("connect", f"cannot connect: {type(root).__name__}: {root}") from None
+            if isinstance(exc, openai.APITimeoutError):
+                raise _Retry("transient", f"timed out after {self.config.timeout_s:g}s") from None
+            raise _Retry("transient", f"connection error: {type(root).__name__}: {root}") from None
+        except (openai.APIResponseValidationError, ValueError) as exc:
+            self.stats["transient"] += 1
+            raise _Retry("transient", f"unreadable response body: {exc}"[:300]) from None
+        try:
+            reply = _reply_from_json(data, self.model)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            self.stats["transient"] += 1
+            raise _Retry("transient", f"malformed completion: {exc}"[:300]) from None
+        self.stats["ok"] += 1
+        return reply
+
+    async def aclose(self) -> None:
+        await aclose_http_clients()
+
+
+async def aclose_http_clients() -> None:
+    """Close every HTTP client (connection pool) made on the running event loop.
+
+    Call it before leaving a loop you made with ``asyncio.run``; the shared loop of a
+    pipeline's stages is closed for you at exit.
+    """
+    loop = asyncio.get_running_loop()
+    for client in _CLIENTS.pop(loop, {}).values():
+        await client.close()
+
+
+def _close_at_exit(loop: asyncio.AbstractEventLoop) -> None:
+    """Close the loop's clients at interpreter exit if the loop is still running then (the
+    stages' shared loop lives in a daemon thread until exit)."""
+    import atexit
+
+    def close() -> None:
+        if loop.is_running() and not loop.is_closed():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(aclose_http_clients(), loop).result(5)
+
+    atexit.register(close)
+
+
+def _server_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:500]
+        if isinstance(err, str):
+            return err[:500]
+    return (getattr(exc, "message", None) or str(exc))[:500]
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain, seen = [], set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    return _causes(exc)[-1]
+
+
+def _is_connect_failure(exc: BaseException) -> bool:
+    """The TCP connection could not be made (refused, unresolvable, unreachable) — as
+    opposed to a request that was sent and timed out. The aiohttp transport reports refused
+    connections as connect *timeouts*, so the cause chain decides."""
+    return any(
+        isinstance(c, (ConnectionRefusedError, ConnectionAbortedError))
+        or type(c).__name__ in ("ClientConnectorError", "ConnectError", "gaierror")
+        for c in _causes(exc)
+    )
+
+
+def _use_aiohttp(choice: str) -> bool:
+    """aiohttp as the SDK's transport when installed (the SDK's own advice for concurrency:
+    measured 2–4× less client CPU per request than its httpx default at 64–512 in flight)."""
+    import openai
+
+    if choice == "httpx":
+        return False
+    try:
+        import aiohttp  # noqa: F401
+
+        openai.DefaultAioHttpClient  # noqa: B018 - the SDK supports it (openai >= 1.7x)
+    except (ImportError, AttributeError):
+        if choice == "aiohttp":
+            raise ConfigError(
+                "http_client: aiohttp is not installed", hint="pip install 'openai[aiohttp]'"
+            ) from None
+        return False
+    return True
+
+
+_JSON_OPTIONS: Any = {"headers": {"Content-Type": "application/json"}}
+_UNCAPPED = 1_000_000  # connections: the AIMD limiter is the only cap
+
+
+@functools.cache
+def _http_module() -> Any:
+    """The HTTP library the installed SDK is built on (httpx2 in openai 3, httpx before)."""
+    import openai._base_client as base
+
+    return getattr(base, "httpx2", None) or base.httpx
+
+
+def _post_takes_content(client: Any) -> bool:
+    return _POST_CONTENT.setdefault(
+        type(client), "content" in inspect.signature(client.post).parameters
+    )
+
+
+_POST_CONTENT: dict[type, bool] = {}
+
+
+def _reply_from_json(data: Any, model: str) -> BackendReply:
+    """A chat.completion JSON object → BackendReply (tolerant of servers that omit fields)."""
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("choices"), list)
+        or not data["choices"]
+    ):
+        raise ValueError("no choices in the response")
+    choices = []
+    for ch in data["choices"]:
+        msg = ch.get("message") or {}
+        reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+        calls = []
+        for tc in msg.get("tool_calls") or []:
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if isinstance(fn, dict):
+                args = fn.get("arguments")
+                calls.append(
+                    {
+                        "id": str(tc.get("id") or ""),
+                        "name": str(fn.get("name") or ""),
+                        "arguments": args if isinstance(args, str) else json.dumps(args or {}),
+                    }
+                )
+        logprobs = None
+        lp = ch.get("logprobs")
+        if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+            logprobs = [
+                TokenLogprob(
+                    token=t["token"],
+                    logprob=float(t["logprob"]),
+                    top=[(a["token"], float(a["logprob"])) for a in t.get("top_logprobs") or []],
+                )
+                for t in lp["content"]
+            ]
+        content = msg.get("content")
+        choices.append(
+            RawChoice(
+                content=content if isinstance(content, str) else None,
+                reasoning=reasoning if isinstance(reasoning, str) else None,
+                tool_calls=calls,
+                finish_reason=ch.get("finish_reason"),
+                logprobs=logprobs,
+            )
+        )
+    usage = data.get("usage") or {}
+    return BackendReply(
+        choices=choices,
+        usage=Usage(
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        ),
+        model=str(data.get("model") or model),
+    )

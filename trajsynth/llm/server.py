@@ -1,0 +1,485 @@
+"""``trajsynth serve``: an OpenAI-compatible HTTP server over the simulator or a local model.
+
+Endpoints: ``POST /v1/chat/completions`` (messages, tools, n, temperature, top_p,
+max_tokens, seed, logprobs/top_logprobs, stop; the simulator also reads the body field
+``trajsynth_metadata``), ``GET /v1/models``, ``GET /metrics`` (JSON counters: requests by
+outcome, so tests can assert how many requests a client really sent) and ``GET /health``.
+Every response carries ``x-trajsynth-requests`` (chat requests received so far).
+
+Built for tests and benchmarks, where client and server share two cores, so it is an
+``asyncio.Protocol`` speaking just enough HTTP/1.1 (keep-alive, Content-Length bodies) rather
+than a framework; ``bench/llm_throughput.py`` measures its CPU per request. Per request:
+
+1. parse the request line, headers and body (pipelined requests on one connection are
+   answered in order);
+2. draw a fault with probability ``fault_rate`` from ``fault_mix``: ``429`` (with
+   ``retry-after-ms`` and ``retry-after``), ``500``, ``timeout`` (never answers; the
+   connection is closed after ``hang_s``) or ``garbage`` (200 with a truncated JSON body);
+3. draw the latency (``200`` fixed ms, ``100:300`` uniform, ``exp:200`` exponential mean);
+4. answer: the simulator is computed at once and the response written when the latency has
+   passed (a timer, no task per request); a local model is awaited (its batcher groups
+   concurrent requests) and the rest of the latency, if any, waited out. Tool calls in a local
+   model's text are parsed into native ``tool_calls`` with the shared parser, as vLLM's tool
+   parsers do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import ConfigError, EndpointError
+from .base import Backend, BackendReply, ChatRequest
+from .parsing import parse_output
+
+__all__ = ["ChatServer", "Latency", "ServerOptions", "serve"]
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+}
+FAULT_KINDS = ("429", "500", "timeout", "garbage")
+_MAX_HEAD = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Response latency in milliseconds: fixed, uniform, or exponential."""
+
+    kind: str = "fixed"
+    a: float = 0.0
+    b: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str | float | None) -> Latency:
+        if text is None or text == "":
+            return cls()
+        if isinstance(text, (int, float)):
+            return cls("fixed", float(text))
+        s = str(text).strip()
+        try:
+            if s.startswith("exp:"):
+                return cls("exp", float(s[4:]))
+            if ":" in s:
+                lo, hi = s.split(":", 1)
+                return cls("uniform", float(lo), float(hi))
+            return cls("fixed", float(s))
+        except ValueError:
+            raise ConfigError(
+                f"--latency-ms {text!r}: use 200 (fixed), 100:300 (uniform) or exp:200"
+            ) from None
+
+    def sample(self, rng: random.Random) -> float:
+        """Seconds."""
+        if self.kind == "uniform":
+            return rng.uniform(self.a, self.b) / 1000.0
+        if self.kind == "exp":
+            return rng.expovariate(1.0 / self.a) / 1000.0 if self.a > 0 else 0.0
+        return self.a / 1000.0
+
+
+@dataclass
+class ServerOptions:
+    """Behaviour of the server (``trajsynth serve`` options)."""
+
+    model_name: str = "sim"
+    latency: Latency = field(default_factory=Latency)
+    fault_rate: float = 0.0
+    fault_mix: tuple[str, ...] = FAULT_KINDS
+    retry_after_ms: float = 100.0
+    hang_s: float = 30.0
+    seed: int = 0
+    ignore_n: bool = False  # behave like servers without `n`: always one choice
+    parse_calls: bool = False  # parse tool calls out of text (local models)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.fault_rate <= 1:
+            raise ConfigError(f"--fault-rate {self.fault_rate}: must be between 0 and 1")
+        bad = [k for k in self.fault_mix if k not in FAULT_KINDS]
+        if bad or not self.fault_mix:
+            raise ConfigError(f"--fault-mix {bad or '(empty)'}: choose from {list(FAULT_KINDS)}")
+
+
+class _Conn(asyncio.Protocol):
+    """One HTTP/1.1 connection; requests are answered one at a time, in order."""
+
+    def __init__(self, server: ChatServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.busy = False
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.server.counters["connections"] += 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._next()
+
+    def _next(self) -> None:
+        while not self.busy and not self.closed:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buf) > _MAX_HEAD:
+                    self.respond(413, b'{"error":{"message":"headers too large"}}', keep=False)
+                return
+            head = bytes(self.buf[:end]).decode("latin-1")
+            lines = head.split("\r\n")
+            try:
+                method, target, version = lines[0].split(" ", 2)
+            except ValueError:
+                self.respond(400, b'{"error":{"message":"bad request line"}}', keep=False)
+                return
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                self.respond(400, b'{"error":{"message":"chunked bodies unsupported"}}', keep=False)
+                return
+            try:
+                length = int(headers.get("content-length", "0"))
+            except ValueError:
+                length = -1
+            if length < 0:
+                self.respond(400, b'{"error":{"message":"bad content-length"}}', keep=False)
+                return
+            if len(self.buf) < end + 4 + length:
+                return
+            body = bytes(self.buf[end + 4 : end + 4 + length])
+            del self.buf[: end + 4 + length]
+            conn_header = headers.get("connection", "").lower()
+            keep = conn_header != "close" and (version == "HTTP/1.1" or conn_header == "keep-alive")
+            self.busy = True
+            self.server.dispatch(self, method, target.split("?", 1)[0], body, keep)
+
+    def respond(
+        self, status: int, body: bytes, keep: bool = True, headers: dict[str, str] | None = None
+    ) -> None:
+        if self.closed or self.transport is None:
+            return
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            f"x-trajsynth-requests: {self.server.counters['chat_requests']}\r\n{extra}"
+            f"connection: {'keep-alive' if keep else 'close'}\r\n\r\n"
+        )
+        self.transport.write(head.encode("latin-1") + body)
+        self.busy = False
+        if not keep:
+            self.transport.close()
+            self.closed = True
+        elif self.buf:
+            self._next()
+
+    def hang(self, seconds: float) -> None:
+        """Never answer this request; drop the connection after ``seconds``."""
+        loop = asyncio.get_running_loop()
+        loop.call_later(seconds, lambda: self.transport.close() if self.transport else None)
+
+
+class ChatServer:
+    """The server's request handling (transport-independent apart from :class:`_Conn`)."""
+
+    def __init__(self, backend: Backend, options: ServerOptions | None = None) -> None:
+        self.backend = backend
+        self.options = options or ServerOptions()
+        self.rng = random.Random(self.options.seed)
+        self.counters: dict[str, int] = {
+            "chat_requests": 0,
+            "ok": 0,
+            "bad_request": 0,
+            "fault_429": 0,
+            "fault_500": 0,
+            "fault_timeout": 0,
+            "fault_garbage": 0,
+            "other_requests": 0,
+            "connections": 0,
+        }
+        self._sync = hasattr(backend, "answer")
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.started = time.time()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                lambda: _Conn(self), host, port, backlog=4096, reuse_address=True
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        sock = self._server.sockets[0].getsockname()
+        return sock[0], sock[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    # -- routing -----------------------------------------------------------------------------
+    def dispatch(self, conn: _Conn, method: str, path: str, body: bytes, keep: bool) -> None:
+        if path == "/v1/chat/completions" or path == "/chat/completions":
+            if method != "POST":
+                conn.respond(405, _err("use POST"), keep=keep)
+                return
+            self.chat(conn, body, keep)
+            return
+        self.counters["other_requests"] += 1
+        if method != "GET":
+            conn.respond(405, _err("use GET"), keep=keep)
+        elif path in ("/v1/models", "/models"):
+            data = {
+                "object": "list",
+                "data": [
+                    {"id": self.options.model_name, "object": "model", "owned_by": "trajsynth"}
+                ],
+            }
+            conn.respond(200, json.dumps(data).encode(), keep=keep)
+        elif path == "/metrics":
+            conn.respond(200, json.dumps(self.metrics()).encode(), keep=keep)
+        elif path == "/health":
+            conn.respond(200, b'{"status":"ok"}', keep=keep)
+        else:
+            conn.respond(404, _err(f"no route {path}"), keep=keep)
+
+    def metrics(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.counters)
+        out["uptime_s"] = round(time.time() - self.started, 3)
+        stats = getattr(self.backend, "stats", None)
+        if isinstance(stats, dict):
+            out["backend"] = dict(stats)
+        return out
+
+    # -- chat --------------------------------------------------------------------------------
+    def chat(self, conn: _Conn, body: bytes, keep: bool) -> None:
+        self.counters["chat_requests"] += 1
+        number = self.counters["chat_requests"]
+        opts = self.options
+        loop = asyncio.get_running_loop()
+        # 1) parse
+        try:
+            request = _request_from_body(body, ignore_n=opts.ignore_n)
+        except ValueError as exc:
+            self.counters["bad_request"] += 1
+            conn.respond(400, _err(str(exc), "invalid_request_error"), keep=keep)
+            return
+        # 2) fault, 3) latency
+        fault = None
+        if opts.fault_rate and self.rng.random() < opts.fault_rate:
+            fault = self.rng.choice(opts.fault_mix)
+        delay = opts.latency.sample(self.rng)
+        if fault == "timeout":
+            self.counters["fault_timeout"] += 1
+            conn.hang(opts.hang_s)
+            return
+        if fault is not None:
+            self.counters[f"fault_{fault}"] += 1
+            loop.call_later(delay, self._fault, conn, fault, keep)
+            return
+        # 4) answer
+        if self._sync:
+            try:
+                reply = self.backend.answer(request)  # type: ignore[attr-defined]
+            except EndpointError as exc:
+                self.counters["bad_request"] += 1
+                conn.respond(400, _err(exc.message, "invalid_request_error"), keep=keep)
+                return
+            payload = self._render(reply, number, request.n)
+            self.counters["ok"] += 1
+            if delay > 0:
+                loop.call_later(delay, conn.respond, 200, payload, keep)
+            else:
+                conn.respond(200, payload, keep=keep)
+            return
+        task = loop.create_task(self._answer_async(conn, request, number, delay, keep))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer_async(
+        self, conn: _Conn, request: ChatRequest, number: int, delay: float, keep: bool
+    ) -> None:
+        start = time.monotonic()
+        try:
+            reply = await self.backend.complete(request)
+        except EndpointError as exc:
+            self.counters["bad_request"] += 1
+            conn.respond(400, _err(exc.message, "invalid_request_error"), keep=keep)
+            return
+        except Exception as exc:  # a model failure is the server's 500, not a crash
+            conn.respond(500, _err(f"{type(exc).__name__}: {exc}"), keep=keep)
+            return
+        rest = delay - (time.monotonic() - start)
+        if rest > 0:
+            await asyncio.sleep(rest)
+        self.counters["ok"] += 1
+        conn.respond(200, self._render(reply, number, request.n), keep=keep)
+
+    def _fault(self, conn: _Conn, fault: str, keep: bool) -> None:
+        if fault == "429":
+            ms = self.options.retry_after_ms
+            conn.respond(
+                429,
+                _err("rate limited (injected fault)", "rate_limit_exceeded"),
+                keep=keep,
+                headers={"retry-after-ms": f"{ms:g}", "retry-after": f"{max(ms / 1000.0, 0):g}"},
+            )
+        elif fault == "500":
+            conn.respond(500, _err("internal error (injected fault)", "server_error"), keep=keep)
+        else:
+            conn.respond(200, b'{"id": "chatcmpl-garbage", "choices": [{"ind', keep=keep)
+
+    def _render(self, reply: BackendReply, number: int, n: int) -> bytes:
+        choices = []
+        for i, ch in enumerate(reply.choices):
+            content, reasoning, calls = ch.content, ch.reasoning, ch.tool_calls
+            if self.options.parse_calls and not calls and content:
+                parsed = parse_output(content, reasoning=reasoning)
+                if parsed.calls:
+                    calls = [c.model_dump() for c in parsed.calls]
+                    content = parsed.content
+                reasoning = parsed.reasoning
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for c in calls
+                ]
+            if reasoning:
+                message["reasoning_content"] = reasoning
+            logprobs = None
+            if ch.logprobs is not None:
+                logprobs = {
+                    "content": [
+                        {
+                            "token": t.token,
+                            "logprob": t.logprob,
+                            "bytes": None,
+                            "top_logprobs": [
+                                {"token": a, "logprob": b, "bytes": None} for a, b in t.top
+                            ],
+                        }
+                        for t in ch.logprobs
+                    ]
+                }
+            choices.append(
+                {
+                    "index": i,
+                    "message": message,
+                    "finish_reason": ch.finish_reason or "stop",
+                    "logprobs": logprobs,
+                }
+            )
+        u = reply.usage
+        body = {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.options.model_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "total_tokens": u.total_tokens,
+            },
+        }
+        return json.dumps(body, ensure_ascii=False).encode()
+
+
+def _err(message: str, kind: str = "error") -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind}}).encode()
+
+
+def _request_from_body(body: bytes, *, ignore_n: bool) -> ChatRequest:
+    try:
+        p = json.loads(body)
+    except ValueError:
+        raise ValueError("body is not JSON") from None
+    if not isinstance(p, dict):
+        raise ValueError("body must be a JSON object")
+    messages = p.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("`messages` must be a non-empty list")
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+        raise ValueError("every message needs a `role`")
+    n = p.get("n") or 1
+    if not isinstance(n, int) or n < 1 or n > 128:
+        raise ValueError("`n` must be an integer between 1 and 128")
+    stop = p.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    tools = p.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise ValueError("`tools` must be a list")
+    meta = p.get("trajsynth_metadata")
+    return ChatRequest.model_construct(
+        messages=messages,
+        tools=tools or None,
+        n=1 if ignore_n else n,
+        temperature=p.get("temperature"),
+        top_p=p.get("top_p"),
+        max_tokens=p.get("max_tokens") or p.get("max_completion_tokens"),
+        seed=p.get("seed"),
+        logprobs=bool(p.get("logprobs")),
+        top_logprobs=p.get("top_logprobs"),
+        stop=stop,
+        metadata=meta if isinstance(meta, dict) else None,
+        extra_body=None,
+    )
+
+
+def serve(
+    backend: Backend,
+    options: ServerOptions,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    use_uvloop: bool = True,
+    on_ready: Any = None,
+) -> None:
+    """Run the server until SIGINT/SIGTERM. ``on_ready(host, port)`` is called once listening."""
+
+    async def main() -> None:
+        server = ChatServer(backend, options)
+        bound = await server.start(host, port)
+        if on_ready is not None:
+            on_ready(*bound)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # non-POSIX
+                loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await server.close()
+
+    if use_uvloop:
+        try:
+            import uvloop
+
+            uvloop.run(main())
+            return
+        except ImportError:
+            pass
+    asyncio.run(main())

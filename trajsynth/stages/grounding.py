@@ -1,0 +1,374 @@
+"""Executable ground truth for a planned call path: argument values grounded in the
+environment's state, outputs threaded into later inputs, every call run for real.
+
+A graph path says *which* functions run and which parameter takes which earlier return field;
+it has no values. Magnet writes them with an LLM ("forward translation", METHODS.md §2 step 5)
+and executes each turn before the next. Offline, values come from the domain itself, and the
+calls are executed in order:
+
+1) value pools (:class:`ValuePool`): every value the environment's state holds, indexed by
+   field name (``email``, ``order_id``, ``city``; nested fields by their last name, e.g.
+   ``address.zip`` as ``zip``), the state's records (for joint draws), and the values the
+   domain's hand-written example tasks pass to each parameter;
+2) arguments of one call (:meth:`ValuePool.arguments`): a bound parameter takes one of the
+   values its field holds in the earlier output (``flights[].flight_id``: one of the listed
+   flights); the other required parameters are drawn together from one state record that
+   holds several of them (``origin``, ``destination`` and ``date`` from one flight, so the
+   search finds it), else from the pool of that name, the example tasks, the ``enum``, or a
+   value of the schema's type (dates from the state's dates, numbers within the bounds);
+   an optional parameter is given with probability ``optional_p``;
+3) execution (:func:`execute_plan`): each call runs in the environment; a call that returns
+   an error, or whose output lacks a field a later call needs, is undone (snapshot/restore)
+   and drawn again, up to ``attempts`` times (in the second half of them, drawn strings may
+   be replaced by new ones like them: a tool that creates a folder needs a path that does
+   not exist yet); then the plan fails with the reason (:class:`PlanFailed`), which the
+   stage counts.
+
+The result is each call's arguments, output and bindings (``{"call", "param", "from_call",
+"path"}``, the same record as the example tasks' ``extra["bindings"]``) and the final state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..envs.base import Environment
+from ..envs.spec import ToolSpec
+from ..graph.signature import resolve_field
+
+__all__ = [
+    "ExecutedCall",
+    "PlanFailed",
+    "PlannedCall",
+    "ValuePool",
+    "execute_plan",
+]
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_TIME = re.compile(r"^\d{2}:\d{2}$")
+_WORDS = ["quarterly", "report", "notes", "budget", "summary", "draft", "plan", "review"]
+
+
+class PlanFailed(Exception):
+    """A planned call could not be made to succeed; ``reason`` is a short category."""
+
+    def __init__(self, reason: str, detail: str, index: int = -1) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.index = index  # the planned call that failed
+
+
+@dataclass
+class PlannedCall:
+    """One call to make: its tool, the parameters taken from earlier calls (``param →
+    (index of the earlier call, field path)``), and what it must not be given."""
+
+    tool: str
+    bindings: dict[str, tuple[int, str]] = field(default_factory=dict)
+    omit: frozenset[str] = frozenset()
+    execute: bool = True  # False: arguments only (a function the task will not offer)
+
+
+@dataclass
+class ExecutedCall:
+    tool: str
+    arguments: dict[str, Any]
+    output: Any
+    bindings: list[dict[str, Any]]
+    user_values: dict[str, Any]  # the arguments the user must state (not taken from outputs)
+    attempts: int = 1
+    executed: bool = True  # False: a function the task will not offer (arguments only)
+
+
+def _leaves(value: Any, name: str | None, out: dict[str, list[Any]]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _leaves(v, k, out)
+    elif isinstance(value, list):
+        if name is not None and value and all(not isinstance(v, (dict, list)) for v in value):
+            out.setdefault(name, []).append(value)
+        for v in value:
+            if isinstance(v, dict):
+                _leaves(v, None, out)
+    elif name is not None and value is not None and value != "":
+        out.setdefault(name, []).append(value)
+
+
+def _flat(record: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in record.items():
+        if isinstance(v, dict):
+            for k2, v2 in v.items():
+                if not isinstance(v2, (dict, list)):
+                    out.setdefault(k2, v2)
+        elif v is not None and v != "":
+            out[k] = v
+    return out
+
+
+class ValuePool:
+    """Step 1: values by field name, the state's records, and example-task values."""
+
+    def __init__(self, state: dict[str, Any], examples: Iterable[tuple[str, dict[str, Any]]] = ()):
+        self.by_name: dict[str, list[Any]] = {}
+        self.records: list[dict[str, Any]] = []
+        for rows in state.values():
+            if not isinstance(rows, dict):
+                continue
+            for rec in rows.values():
+                if isinstance(rec, dict):
+                    _leaves(rec, None, self.by_name)
+                    self.records.append(_flat(rec))
+        for k, vals in self.by_name.items():
+            self.by_name[k] = _dedup(vals)
+        self.dates = sorted(
+            {
+                v
+                for vals in self.by_name.values()
+                for v in vals
+                if isinstance(v, str) and _DATE.match(v)
+            }
+        )
+        self.examples: dict[tuple[str, str], list[Any]] = {}
+        self.example_params: dict[str, list[Any]] = {}
+        for tool, args in examples:
+            for k, v in args.items():
+                if isinstance(v, str) and "{{" in v:
+                    continue
+                self.examples.setdefault((tool, k), []).append(v)
+                self.example_params.setdefault(k, []).append(v)
+        for d in (self.examples, self.example_params):
+            for k, vals in d.items():
+                d[k] = _dedup(vals)  # type: ignore[index]
+
+    # -- 2) values -------------------------------------------------------------------------
+    def candidates(self, tool: str, param: str, schema: dict[str, Any]) -> list[Any]:
+        """Values a user could give for ``param``: state values of that name, then the
+        example tasks', filtered by the schema's type and enum."""
+        out = list(self.by_name.get(param, []))
+        out += self.examples.get((tool, param), []) + self.example_params.get(param, [])
+        return [v for v in _dedup(out) if _fits(v, schema)]
+
+    def invent(self, param: str, schema: dict[str, Any], rng: random.Random) -> Any:
+        """A value of the schema's type when no pool has one."""
+        if schema.get("enum"):
+            return rng.choice(list(schema["enum"]))
+        types = schema.get("type")
+        t = (
+            types
+            if isinstance(types, str)
+            else next((x for x in types or [] if x != "null"), "string")
+        )
+        desc = f"{param} {schema.get('description', '')}".lower()
+        lo, hi = schema.get("minimum"), schema.get("maximum")
+        if t == "integer":
+            lo = int(lo) if lo is not None else 1
+            hi = int(hi) if hi is not None else lo + 4
+            return rng.randint(lo, max(lo, min(hi, lo + 9)))
+        if t == "number":
+            lo = float(lo) if lo is not None else 1.0
+            hi = float(hi) if hi is not None else max(lo * 10, 500.0)
+            return round(rng.uniform(lo, hi), 2)
+        if t == "boolean":
+            return rng.random() < 0.5
+        if t == "array":
+            items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+            single = param[:-1] if param.endswith("s") else param
+            pool = self.candidates("", single, items) or self.candidates(
+                "", single.removesuffix("_id") + "_id", items
+            )
+            if pool:
+                return rng.sample(pool, min(len(pool), rng.randint(1, 2)))
+            return [self.invent(single, items, rng)]
+        if t == "object":
+            return {}
+        if "date" in desc or "yyyy-mm-dd" in desc:
+            return rng.choice(self.dates) if self.dates else "2025-07-01"
+        if "hh:mm" in desc or "time" in param:
+            return f"{rng.choice([9, 10, 11, 13, 14, 15, 16]):02d}:{rng.choice(['00', '30'])}"
+        return " ".join(rng.sample(_WORDS, 2))
+
+    def arguments(
+        self,
+        spec: ToolSpec,
+        fixed: dict[str, Any],
+        rng: random.Random,
+        *,
+        omit: Iterable[str] = (),
+        optional_p: float = 0.3,
+        fresh: float = 0.0,
+    ) -> dict[str, Any]:
+        """Step 2 for one call: ``fixed`` (bound values) plus drawn values; with probability
+        ``fresh`` a drawn string becomes a new one like it (a new file in the same folder, a
+        new name), for tools that must create what does not exist yet."""
+        props = spec.properties()
+        omit = set(omit)
+        required = [p for p in spec.required() if p not in fixed and p not in omit]
+        optional = [
+            p
+            for p in spec.optional()
+            if p not in fixed and p not in omit and rng.random() < optional_p
+        ]
+        args = dict(fixed)
+        want = [p for p in props if p in required or p in optional]
+        # joint draw from the record that holds most of the wanted values
+        best: list[dict[str, Any]] = []
+        cover = 1
+        for rec in self.records:
+            n = sum(1 for p in want if p in rec and _fits(rec[p], props.get(p) or {}))
+            if n > cover:
+                best, cover = [rec], n
+            elif n == cover and n > 1:
+                best.append(rec)
+        if best:
+            rec = rng.choice(best)
+            for p in want:
+                if p in rec and _fits(rec[p], props.get(p) or {}):
+                    args[p] = rec[p]
+        for p in want:
+            if p in args:
+                continue
+            schema = props.get(p) or {}
+            pool = self.candidates(spec.name, p, schema)
+            args[p] = rng.choice(pool) if pool else self.invent(p, schema, rng)
+        for p in want:
+            if p not in fixed and fresh and rng.random() < fresh:
+                args[p] = _fresh(args[p], props.get(p) or {}, rng)
+        return {p: args[p] for p in props if p in args} | {
+            k: v for k, v in args.items() if k not in props
+        }
+
+
+def _fresh(value: Any, schema: dict[str, Any], rng: random.Random) -> Any:
+    """A new value like ``value`` (a sibling path, a numbered name); enums and non-strings
+    are kept."""
+    if not isinstance(value, str) or "enum" in schema or _DATE.match(value) or _TIME.match(value):
+        return value
+    word = rng.choice(_WORDS)
+    if "/" in value:
+        parent, _, leaf = value.rstrip("/").rpartition("/")
+        ext = leaf[leaf.rfind(".") :] if "." in leaf[1:] else ""
+        return f"{parent or ''}/{word}_{rng.randint(2, 99)}{ext}"
+    return f"{value}_{rng.randint(2, 99)}"
+
+
+def _dedup(values: Iterable[Any]) -> list[Any]:
+    seen: set[str] = set()
+    out = []
+    for v in values:
+        key = repr(v)
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return out
+
+
+def _fits(value: Any, schema: dict[str, Any]) -> bool:
+    if not isinstance(schema, dict):
+        return True
+    if "enum" in schema and schema["enum"] and value not in schema["enum"]:
+        return False
+    t = schema.get("type")
+    kinds = [t] if isinstance(t, str) else [x for x in t or [] if isinstance(x, str)]
+    if not kinds:
+        return True
+    checks = {
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "array": lambda v: isinstance(v, list),
+        "object": lambda v: isinstance(v, dict),
+        "null": lambda v: v is None,
+    }
+    if not any(checks.get(k, lambda v: True)(value) for k in kinds):
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            return False
+        if "maximum" in schema and value > schema["maximum"]:
+            return False
+    if isinstance(value, str) and _DATE.match(value):
+        try:
+            dt.date.fromisoformat(value)
+        except ValueError:
+            return False
+    return True
+
+
+def execute_plan(
+    env: Environment,
+    plan: Sequence[PlannedCall],
+    tools: dict[str, ToolSpec],
+    pool: ValuePool,
+    rng: random.Random,
+    *,
+    attempts: int = 8,
+    optional_p: float = 0.3,
+) -> list[ExecutedCall]:
+    """Step 3: run ``plan`` in ``env`` (already reset), call by call."""
+    needed: dict[int, set[str]] = {}
+    for c in plan:
+        for src, path in c.bindings.values():
+            needed.setdefault(src, set()).add(path)
+    done: list[ExecutedCall] = []
+    for i, planned in enumerate(plan):
+        spec = tools.get(planned.tool)
+        if spec is None:
+            raise PlanFailed("unknown_tool", planned.tool, i)
+        last = "no attempt"
+        for attempt in range(attempts):
+            fixed: dict[str, Any] = {}
+            bindings: list[dict[str, Any]] = []
+            for param, (src, path) in sorted(planned.bindings.items()):
+                values = resolve_field(done[src].output, path)
+                if not values:
+                    raise PlanFailed(
+                        "no_value",
+                        f"{done[src].tool}.{path} is empty for {planned.tool}.{param}",
+                        i,
+                    )
+                concrete, value = values[0] if attempt == 0 else rng.choice(values)
+                fixed[param] = value
+                bindings.append({"call": i, "param": param, "from_call": src, "path": concrete})
+            args = pool.arguments(
+                spec,
+                fixed,
+                rng,
+                omit=planned.omit,
+                optional_p=optional_p,
+                fresh=0.0 if attempt < attempts // 2 else 0.5,
+            )
+            user_values = {k: v for k, v in args.items() if k not in fixed}
+            if not planned.execute:
+                done.append(
+                    ExecutedCall(
+                        planned.tool, args, None, bindings, user_values, attempt + 1, False
+                    )
+                )
+                break
+            snap = env.snapshot()
+            result = env.call(planned.tool, args)
+            if not result.ok:
+                last = f"{planned.tool}: {result.category}"
+                env.restore(snap)
+                continue
+            missing = [p for p in needed.get(i, ()) if not resolve_field(result.output, p)]
+            if missing:
+                last = f"{planned.tool}: output has no {missing[0]}"
+                env.restore(snap)
+                continue
+            done.append(
+                ExecutedCall(planned.tool, args, result.output, bindings, user_values, attempt + 1)
+            )
+            break
+        else:
+            reason = "call_failed" if ": " in last and "output has no" not in last else "no_value"
+            raise PlanFailed(reason, f"{last} after {attempts} attempts", i)
+    return done

@@ -1,0 +1,647 @@
+"""``magnet_tasks``: multi-turn tasks with executable ground truth from the function-signature
+graph (Magnet, Yin et al. 2025, arXiv:2503.07826, §3; METHODS.md §2 steps 1-5 and §10).
+
+For each domain (a built-in domain or a toolset offered by ``defaults.env``), candidate
+after candidate until ``tasks_per_domain`` tasks are made:
+
+1) the graph: :func:`~trajsynth.graph.build_graph` over the domain's toolset (types and
+   name/description similarity; Magnet's LLM edge check with ``edge_check: true``, judge
+   role), built once per domain;
+2) a function-signature path: a seeded random walk of up to ``walk_steps`` steps (S = 7;
+   the length is drawn from ``min_walk_steps``..S so that short tasks exist too), then
+   MAGNIFY of one call (probability ``magnify_p``) and CONNECT to an unlinked function
+   (``connect_p``), cut to ``max_calls``;
+3) turns and node operations, in Magnet's order: one turn per call, Merge (``merge_p``,
+   Magnet's p = 0.3), Insert (``insert_p``), Split (``split_p``: a miss-param or miss-func
+   turn). The path must be legal (:func:`~trajsynth.graph.problems`) or it is counted and
+   skipped;
+4) execution: the calls run turn by turn in a fresh environment, arguments grounded in its
+   state and earlier outputs threaded into later inputs (:mod:`.grounding`); a candidate
+   whose gold calls fail is dropped, its reason counted under ``dropped.<reason>``. The
+   graph learns from it: a feed whose calls failed ``prune_after`` times and never worked is
+   removed (``graph.pruned_feeds``), as HardGen refines its API graph with execution
+   feedback;
+5) back-translation, one request per turn from the ``query_writer`` role: it must carry every
+   value the user states (a request missing one, or naming a function, is rejected and the
+   next phrasing tried) and never name a function. A miss-param turn's request leaves the
+   value out; the user's follow-up (``clarification``) gives it. A miss-func turn asks for a
+   function the task does not offer; its gold is a reply and no call;
+6) the task row: ``goal`` (the first request), ``ground_truth`` (turns with requests and gold
+   steps, ``env_seed``, ``final_state_hash``, bindings, the path and the operations),
+   capability tags, ``tools`` (the domain's, less a withheld function), and ``messages`` =
+   the shared system prompt and the first request.
+
+Rows are made in candidate order, so a run resumed from an offset makes the same rows (the
+candidates before the offset are synthesized again, without keeping them). Every candidate is
+counted once: ``tasks``, ``dropped.<reason>``, or ``unused`` (made in the last block of a
+domain after its quota was reached).
+
+Deviations from Magnet: values come from the environment's state and the domain's example
+tasks instead of an LLM's forward translation (offline, and every value executes); Split's
+miss-param node is the turn lacking the value (see :mod:`trajsynth.graph.ops`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import re
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field
+
+from ..core.batch import to_batch
+from ..core.ids import stable_id
+from ..core.prompts import system_prompt
+from ..core.schema import Message, Trajectory
+from ..core.task import GoldCall, GoldTurn, GroundTruth
+from ..graph import (
+    FSP,
+    GraphConfig,
+    OperationError,
+    SignatureGraph,
+    build_graph,
+    connect,
+    insert,
+    magnify,
+    merge,
+    problems,
+    random_walk,
+    split,
+    to_turns,
+)
+from ..graph.ops import PathCall
+from .base import Context, Output, SourceStage, StageConfig, register
+from .grounding import ExecutedCall, PlanFailed, PlannedCall, ValuePool, execute_plan
+from .policies import edge_judge
+
+__all__ = ["QUERY_PROMPT", "MagnetTasks", "MagnetTasksConfig"]
+
+PAPER = {
+    "title": "Magnet: Multi-turn Tool-use Data Synthesis and Distillation via Graph Translation",
+    "arxiv": "2503.07826",
+    "citation": "Yin et al., ACL 2025",
+}
+
+QUERY_PROMPT = """You write what a user types to an AI assistant (back-translation). Given \
+function calls, write {n} different natural requests that would lead the assistant to make \
+exactly those calls, in that order. Each request must state every value listed under \
+"the user states", in natural words; it may refer to results of earlier calls ("the cheapest \
+flight you found") instead of repeating them; it must never name a function or a parameter \
+identifier. Answer with JSON only: {{"queries": ["...", ...]}}."""
+
+_PERSONAS = [None, None, "busy professional", "student", "retiree", "developer"]
+_STYLES = [None, "plain", "casual", "formal", "terse"]
+
+
+class MagnetTasksConfig(StageConfig):
+    domains: list[str] | None = Field(
+        None, description="Domains to synthesize for (default: every domain ctx.envs offers)."
+    )
+    tasks_per_domain: int = Field(20, ge=1, description="Tasks made per domain.")
+    max_candidates: int | None = Field(
+        None, ge=1, description="Candidates tried per domain (default 6 × tasks_per_domain)."
+    )
+    graph: GraphConfig = Field(default_factory=GraphConfig, description="Graph building.")
+    edge_check: bool = Field(False, description="Magnet's LLM edge check (judge role).")
+    walk_steps: int = Field(7, ge=1, le=20, description="Random-walk steps S (Magnet: 7).")
+    min_walk_steps: int = Field(
+        1, ge=1, le=20, description="Each walk takes between this and walk_steps steps."
+    )
+    max_calls: int = Field(10, ge=1, le=40, description="Calls per task at most.")
+    magnify_p: float = Field(0.25, ge=0, le=1, description="Probability of one MAGNIFY.")
+    connect_p: float = Field(0.25, ge=0, le=1, description="Probability of one CONNECT.")
+    merge_p: float = Field(0.3, ge=0, le=1, description="Merge probability (Magnet: 0.3).")
+    insert_p: float = Field(0.3, ge=0, le=1, description="Insert probability per turn.")
+    insert_long_range: float = Field(0.3, ge=0, le=1, description="Insert into a later turn.")
+    split_p: float = Field(0.3, ge=0, le=1, description="Probability a task gets a Split turn.")
+    optional_p: float = Field(0.3, ge=0, le=1, description="Probability of an optional argument.")
+    attempts: int = Field(8, ge=1, description="Draws per call before a candidate is dropped.")
+    prune_after: int = Field(
+        3, ge=1, description="Failures (and no success) after which a graph feed is removed."
+    )
+    env_seeds: list[int] = Field(default_factory=lambda: [0], description="Environment seeds.")
+    query_role: str = Field("query_writer", description="LLM role of the back-translation.")
+    n_queries: int = Field(3, ge=1, le=10, description="Phrasings asked per turn.")
+    block: int = Field(
+        32,
+        ge=1,
+        description="Candidates per block; a block's requests are written at once, "
+        "while the next block is synthesized.",
+    )
+    system_prompt: str | None = Field(None, description="Overrides the shared system prompt.")
+
+
+@dataclass
+class _Candidate:
+    index: int
+    domain: str
+    fsp: FSP
+    calls: list[ExecutedCall]
+    env_seed: int
+    final_state_hash: str
+    withheld: list[str]
+    queries: list[str | None] = field(default_factory=list)
+    failure: str = "no_valid_query"
+
+
+@register
+class MagnetTasks(SourceStage):
+    """Magnet-style tasks with executable ground truth from the function-signature graph."""
+
+    name = "magnet_tasks"
+    Config = MagnetTasksConfig
+    writes = ("ground_truth",)
+    io_bound = True
+
+    def __init__(self, config: StageConfig | None = None) -> None:
+        super().__init__(config)
+        self._graphs: dict[str, SignatureGraph] = {}
+        self._pools: dict[tuple[str, int], ValuePool] = {}
+        self._feeds: dict[str, list[int]] = {}  # feed → [successes, failures]
+
+    def expected_rows(self) -> int | None:
+        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        return None if cfg.domains is None else cfg.tasks_per_domain * len(cfg.domains)
+
+    # -- 1) the graph ----------------------------------------------------------------------
+    def graph(self, ctx: Context, domain: str) -> SignatureGraph:
+        if domain not in self._graphs:
+            cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+            judge = edge_judge(ctx, seed=ctx.row_seed("edges", domain)) if cfg.edge_check else None
+            g = build_graph(ctx.envs.toolset(domain), cfg.graph, judge=judge)
+            ctx.metrics.set(f"graph.{domain}", g.stats())
+            self._graphs[domain] = g
+        return self._graphs[domain]
+
+    def pool(self, ctx: Context, domain: str, seed: int) -> ValuePool:
+        if (domain, seed) not in self._pools:
+            env = ctx.envs.make(domain, seed=seed)
+            env.reset()
+            try:
+                examples = [
+                    (c.name, c.arguments)
+                    for t in ctx.envs.example_tasks(domain)
+                    for c in t.ground_truth.flat_calls()
+                ]
+            except Exception:  # an imported toolset has no example tasks
+                examples = []
+            self._pools[(domain, seed)] = ValuePool(env.state(), examples)
+        return self._pools[(domain, seed)]
+
+    # -- the source ------------------------------------------------------------------------
+    def generate(self, ctx: Context, offset: int = 0) -> Iterator[Output]:
+        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        domains = cfg.domains or ctx.envs.domains()
+        made = 0
+        # the requests of one block are written while the next block is synthesized
+        with ThreadPoolExecutor(1, thread_name_prefix="magnet-queries") as pool:
+            for domain in domains:
+                graph = self.graph(ctx, domain)
+                limit = cfg.max_candidates or 6 * cfg.tasks_per_domain
+                count, k = 0, 0
+                pending: deque[tuple[list[_Candidate], Future[None]]] = deque()
+                while count < cfg.tasks_per_domain:
+                    if k < limit:
+                        block: list[_Candidate] = []
+                        while len(block) < cfg.block and k < limit:
+                            ctx.metrics.inc("candidates")
+                            cand = self.synthesize(ctx, graph, domain, k)
+                            k += 1
+                            if cand is not None:
+                                block.append(cand)
+                        job = pool.submit(ctx.run, self.translate(ctx, graph, block))
+                        pending.append((block, job))
+                        if len(pending) < 2 and k < limit:
+                            continue
+                    if not pending:
+                        break
+                    done, job = pending.popleft()
+                    job.result()
+                    rows = []
+                    for cand in done:
+                        if count >= cfg.tasks_per_domain:
+                            ctx.metrics.inc("unused")  # made after the quota was reached
+                            continue
+                        row = self.task_row(ctx, graph, cand)
+                        if row is None:
+                            ctx.metrics.inc(f"dropped.{cand.failure}")
+                            continue
+                        count += 1
+                        made += 1
+                        if made > offset:
+                            rows.append(row)
+                    ctx.metrics.inc("tasks", len(rows))
+                    if rows:
+                        yield to_batch(rows)
+                for extra, job in pending:  # blocks in flight when the quota was reached
+                    job.result()
+                    ctx.metrics.inc("unused", len(extra))
+                if count < cfg.tasks_per_domain:
+                    ctx.log.warning(
+                        "magnet_tasks: %s gave %d of %d tasks from %d candidates",
+                        domain, count, cfg.tasks_per_domain, k,
+                    )  # fmt: skip
+
+    # -- 2-4) one candidate ----------------------------------------------------------------
+    def path(self, graph: SignatureGraph, rng: random.Random) -> FSP:
+        """Steps 2-3: walk, MAGNIFY, CONNECT, then turns, Merge, Insert, Split."""
+        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        path = random_walk(graph, rng, steps=rng.randint(cfg.min_walk_steps, cfg.walk_steps))
+        log = []
+        if rng.random() < cfg.magnify_p:
+            try:
+                path = magnify(graph, path, rng.randrange(len(path)), rng)
+                log.append("magnify")
+            except OperationError:
+                pass
+        if rng.random() < cfg.connect_p:
+            last = path[-1].tool
+            targets = [f for f in graph.functions if f != last and not graph.fg.has_edge(last, f)]
+            rng.shuffle(targets)
+            for target in targets[:5]:
+                try:
+                    path = connect(graph, rng, path, target)
+                    log.append(f"connect:{target}")
+                    break
+                except OperationError:
+                    continue
+        path = _cut(graph, path, cfg.max_calls)
+        fsp = to_turns(path)
+        fsp = FSP(fsp.turns, (*fsp.log, *log))
+        fsp = merge(fsp, rng, p=cfg.merge_p)
+        fsp = insert(graph, fsp, rng, p=cfg.insert_p, long_range=cfg.insert_long_range)
+        if len(fsp.calls()) > cfg.max_calls:
+            fsp = _cut_fsp(graph, fsp, cfg.max_calls)
+        if rng.random() < cfg.split_p:
+            with contextlib.suppress(OperationError):
+                fsp = split(graph, fsp, rng)
+        return fsp
+
+    def synthesize(
+        self, ctx: Context, graph: SignatureGraph, domain: str, k: int
+    ) -> _Candidate | None:
+        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        rng = random.Random(ctx.row_seed("magnet", domain, k))
+        try:
+            fsp = self.path(graph, rng)
+        except OperationError as exc:
+            ctx.metrics.inc("dropped.no_path")
+            ctx.log.debug("candidate %s/%d: %s", domain, k, exc)
+            return None
+        bad = problems(graph, fsp)
+        if bad:  # never expected: every operation keeps legality
+            ctx.metrics.inc("dropped.illegal_path")
+            ctx.log.warning("candidate %s/%d is illegal: %s", domain, k, bad)
+            return None
+        # 4) execution, turn by turn (the executed calls in order; miss-func calls not run)
+        order = fsp.calls(executed=False)
+        index = {c.uid: i for i, c in enumerate(order)}
+        plan = [
+            PlannedCall(
+                c.tool,
+                {b.param: (index[b.source], b.field) for b in c.bindings},
+                execute=t.missing != "func",
+            )
+            for t in fsp.turns
+            for c in t.calls
+        ]
+        seed = rng.choice(cfg.env_seeds)
+        env = ctx.envs.make(domain, seed=seed)
+        env.reset(GroundTruth(env_seed=seed))
+        tools = {t.name: t for t in graph.toolset.tools}
+        try:
+            calls = execute_plan(
+                env,
+                plan,
+                tools,
+                self.pool(ctx, domain, seed),
+                rng,
+                attempts=cfg.attempts,
+                optional_p=cfg.optional_p,
+            )
+        except PlanFailed as exc:
+            ctx.metrics.inc(f"dropped.{exc.reason}")
+            ctx.log.debug("candidate %s/%d dropped: %s", domain, k, exc)
+            self._feedback(ctx, graph, order, exc.index, ok=False)
+            return None
+        self._feedback(ctx, graph, order, len(order), ok=True)
+        withheld = [t.detail for t in fsp.turns if t.missing == "func" and t.detail]
+        return _Candidate(k, domain, fsp, calls, seed, env.state_hash(), withheld)
+
+    def _feedback(
+        self, ctx: Context, graph: SignatureGraph, order: list[PathCall], failed: int, *, ok: bool
+    ) -> None:
+        """Execution feedback on the graph: a feed whose calls failed ``prune_after`` times
+        and never succeeded is removed (its values never work there)."""
+        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        tool_of = {c.uid: c.tool for c in order}
+        for i, c in enumerate(order[: failed + 1]):
+            for b in c.bindings:
+                key = (tool_of[b.source], b.field, c.tool, b.param)
+                stats = self._feeds.setdefault(graph.toolset.name + "|" + repr(key), [0, 0])
+                if ok or i < failed:
+                    stats[0] += 1
+                elif i == failed:
+                    stats[1] += 1
+                    if stats[0] == 0 and stats[1] >= cfg.prune_after and graph.remove_feed(*key):
+                        ctx.metrics.inc("graph.pruned_feeds")
+
+    # -- 5) back-translation ---------------------------------------------------------------
+    async def translate(self, ctx: Context, graph: SignatureGraph, block: list[_Candidate]) -> None:
+        """One request per turn of every candidate of the block, written concurrently."""
+        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        client = ctx.llm(cfg.query_role)
+        tools = graph.toolset.to_openai()
+        jobs = []
+        for cand in block:
+            calls = _by_turn(cand)
+            cand.queries = [None] * len(calls)
+            previous: list[str] = []
+            for t, (plan, executed) in enumerate(zip(cand.fsp.turns, calls, strict=True)):
+                jobs.append(
+                    self._query(ctx, client, tools, cand, t, plan, executed, list(previous))
+                )
+                previous.append(f"turn {t + 1}: calls {[c.tool for c in executed]}")
+        await asyncio.gather(*jobs)
+
+    async def _query(
+        self,
+        ctx: Context,
+        client: Any,
+        tools: list[dict[str, Any]],
+        cand: _Candidate,
+        t: int,
+        plan: Any,
+        executed: list[ExecutedCall],
+        previous: list[str],
+    ) -> None:
+        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        rng = random.Random(ctx.row_seed("query", cand.domain, cand.index, t))
+        steps, must = _query_steps(plan, executed)
+        lines = []
+        described = {tl["function"]["name"]: tl["function"]["description"] for tl in tools}
+        for i, step in enumerate(steps):
+            for c in step:
+                lines.append(
+                    f"{i + 1}. {c.name} ({described.get(c.name, '')}): "
+                    f"{json.dumps(c.arguments, ensure_ascii=False)} -> "
+                    f"{json.dumps(c.output, ensure_ascii=False)[:300]}"
+                )
+        prompt = (
+            ("Earlier in the conversation: " + "; ".join(previous) + "\n" if previous else "")
+            + "Calls, in order:\n"
+            + "\n".join(lines)
+            + f"\nThe user states: {json.dumps(must, ensure_ascii=False)}"
+        )
+        persona, style = rng.choice(_PERSONAS), rng.choice(_STYLES)
+        used = {c.name for step in steps for c in step}
+        meta = {
+            "role": cfg.query_role,
+            "steps": [[c.model_dump(mode="json") for c in step] for step in steps],
+            "n_queries": cfg.n_queries,
+            "tools": [tl for tl in tools if tl["function"]["name"] in used],
+        }
+        if persona:
+            meta["persona"] = persona
+        if style:
+            meta["style"] = style
+        result = await client.chat(
+            [
+                Message(role="system", content=QUERY_PROMPT.format(n=cfg.n_queries)),
+                Message(role="user", content=prompt),
+            ],
+            None,
+            seed=ctx.row_seed("query", cand.domain, cand.index, t),
+            metadata=meta,
+        )
+        if not result.ok:
+            cand.failure = "query_writer_failed"
+            return
+        names = [tl["function"]["name"] for tl in tools]
+        for q in _queries(result.choices[0].message.content):
+            why = _reject_query(q, names, must)
+            if why is None:
+                cand.queries[t] = q
+                return
+            ctx.metrics.inc(f"rejected_query.{why}")
+
+    # -- 6) the row --------------------------------------------------------------------------
+    def task_row(self, ctx: Context, graph: SignatureGraph, cand: _Candidate) -> Trajectory | None:
+        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        if any(q is None for q in cand.queries):
+            return None
+        turns: list[GoldTurn] = []
+        caps: set[str] = set()
+        for plan, executed, query in zip(cand.fsp.turns, _by_turn(cand), cand.queries, strict=True):
+            gold_steps = []
+            pos = 0
+            for step in plan.steps():
+                gold_step = []
+                for _ in step:
+                    c = executed[pos]
+                    pos += 1
+                    gold_step.append(GoldCall(name=c.tool, arguments=c.arguments, output=c.output))
+                gold_steps.append(gold_step)
+            if plan.missing == "func":
+                verb = graph.spec(plan.detail or "").description.rstrip(". ") or "do that"
+                turns.append(
+                    GoldTurn(
+                        request=query or "",
+                        kind="clarify",
+                        steps=[],
+                        answer=f"Sorry, I cannot {_lower(verb)} with the tools I have. "
+                        "Is there something else I can help with?",
+                        clarification="Never mind, let's skip that.",
+                    )
+                )
+                caps.add("no_tool_needed")
+                continue
+            if plan.missing == "param":
+                param = plan.detail or ""
+                value = executed[0].arguments.get(param)
+                turns.append(
+                    GoldTurn(
+                        request=query or "",
+                        kind="clarify",
+                        steps=gold_steps,
+                        answer=f"Could you tell me the {_words(param)}?",
+                        clarification=f"The {_words(param)} is {_render(value)}.",
+                    )
+                )
+                caps.add("needs_clarification")
+            else:
+                turns.append(GoldTurn(request=query or "", kind="tool", steps=gold_steps))
+            if any(len(s) > 1 for s in gold_steps):
+                caps.add("parallel_calls")
+        executed_calls = [c for c in cand.calls if c.executed]
+        n = len(executed_calls)
+        caps.add("single_call" if n == 1 else "multi_call")
+        if any(c.bindings for c in executed_calls):
+            caps.add("dependent_calls")
+        for c in executed_calls:
+            spec = graph.spec(c.tool)
+            if any(k in spec.optional() for k in c.user_values):
+                caps.add("optional_params")
+        if n >= 6 or len(turns) >= 4:
+            caps.add("long_horizon")
+        gt = GroundTruth(
+            turns=turns,
+            env_seed=cand.env_seed,
+            final_state_hash=cand.final_state_hash,
+            extra={
+                "bindings": _global_bindings(cand),
+                "fsp": cand.fsp.to_json(),
+                "operations": list(cand.fsp.log),
+                "withheld_tools": cand.withheld,
+            },
+        )
+        tools = [t for t in graph.toolset.to_openai() if t["function"]["name"] not in cand.withheld]
+        rid = stable_id("magnet_tasks", ctx.config_hash, ctx.seed, cand.domain, cand.index)
+        policy = _domain_policy(cand.domain)
+        system = cfg.system_prompt or system_prompt(policy)
+        return Trajectory(
+            id=rid,
+            task_id=f"mg-{cand.domain}-{rid[:12]}",
+            goal=turns[0].request,
+            domain=cand.domain,
+            capabilities=sorted(caps),
+            ground_truth=gt.model_dump(mode="json"),
+            tools=tools,
+            messages=[
+                Message(role="system", content=system),
+                Message(role="user", content=turns[0].request),
+            ],
+            extra={"operations": list(cand.fsp.log)},
+            **ctx.provenance(method="magnet_tasks"),
+        )
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------
+
+
+def _cut(graph: SignatureGraph, path: list[PathCall], n: int) -> list[PathCall]:
+    """The longest legal prefix of at most ``n`` calls."""
+    for m in range(min(n, len(path)), 0, -1):
+        if not problems(graph, path[:m]):
+            return path[:m]
+    return path[:1]
+
+
+def _cut_fsp(graph: SignatureGraph, fsp: FSP, n: int) -> FSP:
+    """Whole turns from the start, as many as keep the path legal within ``n`` calls."""
+    turns = list(fsp.turns)
+    while turns and (sum(len(t.calls) for t in turns) > n or problems(graph, FSP(tuple(turns)))):
+        turns.pop()
+    return FSP(tuple(turns) or fsp.turns[:1], (*fsp.log, f"cut:{n}"))
+
+
+def _by_turn(cand: _Candidate) -> list[list[ExecutedCall]]:
+    out, i = [], 0
+    for t in cand.fsp.turns:
+        out.append(cand.calls[i : i + len(t.calls)])
+        i += len(t.calls)
+    return out
+
+
+def _global_bindings(cand: _Candidate) -> list[dict[str, Any]]:
+    """Bindings between executed calls, numbered as ``GroundTruth.flat_calls()`` numbers them
+    (miss-func calls are not executed and not counted)."""
+    remap: dict[int, int] = {}
+    n = 0
+    for i, c in enumerate(cand.calls):
+        if c.executed:
+            remap[i] = n
+            n += 1
+    out = []
+    for i, c in enumerate(cand.calls):
+        for b in c.bindings:
+            if i in remap and b["from_call"] in remap:
+                out.append({**b, "call": remap[i], "from_call": remap[b["from_call"]]})
+    return out
+
+
+def _query_steps(plan: Any, executed: list[ExecutedCall]) -> tuple[list[list[GoldCall]], dict]:
+    """The steps the query writer sees and the values the request must carry. A miss-param
+    turn hides the missing value; values that appear in an earlier output of the same turn
+    may be referred to instead of stated."""
+    steps, pos = [], 0
+    must: dict[str, Any] = {}
+    outputs: list[str] = []
+    for step in plan.steps():
+        gold = []
+        for _ in step:
+            c = executed[pos]
+            pos += 1
+            args = dict(c.arguments)
+            if plan.missing == "param" and pos == 1:
+                args.pop(plan.detail, None)
+            gold.append(GoldCall(name=c.tool, arguments=args, output=c.output))
+            for k, v in c.user_values.items():
+                if k not in args or isinstance(v, (bool, dict)) or v is None:
+                    continue
+                text = json.dumps(v, ensure_ascii=False)
+                if not any(text.strip('"') in o for o in outputs):
+                    must[f"{c.tool}.{k}"] = v
+        outputs += [json.dumps(c.output, ensure_ascii=False) for c in gold]
+        steps.append(gold)
+    return steps, must
+
+
+def _queries(content: str | None) -> list[str]:
+    text = (content or "").strip()
+    try:
+        data = json.loads(text[text.find("{") : text.rfind("}") + 1]) if "{" in text else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("queries"), list):
+        return [q.strip() for q in data["queries"] if isinstance(q, str) and q.strip()]
+    return [text] if text else []
+
+
+def _value_in(value: Any, text: str) -> bool:
+    if isinstance(value, list):
+        return all(_value_in(v, text) for v in value if not isinstance(v, (dict, list, bool)))
+    if isinstance(value, float) and value.is_integer():
+        return any(s in text for s in (str(value), str(int(value)), f"{value:g}"))
+    if isinstance(value, (int, float)):
+        return str(value) in text or f"{value:g}" in text
+    return str(value).lower() in text.lower()
+
+
+def _reject_query(query: str, names: list[str], must: dict[str, Any]) -> str | None:
+    """Why a back-translated request is unusable (None: it is fine)."""
+    for n in names:
+        if len(n) > 2 and re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", query):
+            return "names_function"
+    for v in must.values():
+        if not _value_in(v, query):
+            return "missing_value"
+    return None
+
+
+def _domain_policy(domain: str) -> str | None:
+    from ..envs.domains import BUILTIN_DOMAINS
+
+    d = BUILTIN_DOMAINS.get(domain)
+    return d.policy if d is not None else None
+
+
+def _words(param: str) -> str:
+    return re.sub(r"([a-z])([A-Z])", r"\1 \2", param).replace("_", " ").lower()
+
+
+def _render(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _lower(text: str) -> str:
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text

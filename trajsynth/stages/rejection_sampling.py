@@ -1,0 +1,236 @@
+"""``rejection_sampling``: N rollouts per task, each verified in APIGen's layered order; the
+successes are kept, every failure is kept aside with the reason it was rejected, and every row
+carries the task's pass@k counts (METHODS.md §7 and §10; APIGen, Liu et al. 2024,
+arXiv:2406.18518, §3.2; APIGen-MT, Prabhakar et al. 2025, arXiv:2504.03601, phase 2).
+
+For each task row:
+
+1) ``n`` rollouts (N, default 8) of the ``role`` policy (the teacher by default) through the
+   shared episode runner, each in a fresh environment of the task's domain and state. The
+   rollouts share their prompt, so their first assistant step is one request with ``n = N``
+   (``first_step_n``); each then goes on with its own seed;
+2) each rollout is verified, stopping at the first layer that fails
+   (:func:`~trajsynth.envs.verifiers.verify_episode`): ``format`` (the output parsed; calls fit
+   the offered tools' schemas) → ``execution`` (no call returned an error the task does not
+   expect) → ``final_state`` (the gold state hash) → ``outputs`` (required outputs in the
+   answer) → ``call_match`` (every gold call matched, BFCL semantics; clarify and no-tool turns
+   shaped as the gold) → ``judge`` (optional: APIGen's semantic checker, ``judge`` role). A
+   request that failed for good is a rejection at the ``generation`` layer;
+3) rows: a successful rollout goes to the main output; a failed one, with ``failure_layer``
+   and ``failure_reason``, to the ``failed`` side output (for repair stages: ECHO, STeCa,
+   JGLV). Every row of the task carries ``rollouts_total = N`` and ``rollouts_passed = c``, the
+   difficulty signal later stages and ``trajsynth stats`` (pass@1, pass@k per capability)
+   read. Read both outputs together for unbiased pass@k: ``trajsynth stats
+   'runs/x/rollouts/**/*.parquet'``.
+
+Scheduling: tasks start longest expected episode first and at most ``episodes_in_flight``
+episodes play at once (twice the role's endpoint concurrency by default), so long episodes
+are not left for last with the endpoint half empty (``bench/generation.py``).
+
+Metrics: ``tasks``, ``tasks_solved``, ``rollouts``, ``passed``, ``rejected.<layer>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ..core.schema import Trajectory
+from ..envs.episode import Episode, PolicyStep
+from ..envs.verifiers.episode import EpisodeVerdict, verify_episode
+from .base import Context, Emit, RowStage, StageConfig, register
+from .policies import LLMPolicy, PolicyError
+from .rollouts import (
+    RolloutLimits,
+    episode_row,
+    expected_steps,
+    judge_episode,
+    make_env,
+    task_of,
+)
+
+__all__ = ["RejectionSampling", "RejectionSamplingConfig"]
+
+PAPER = {
+    "title": "APIGen: Automated Pipeline for Generating Verifiable and Diverse "
+    "Function-Calling Datasets",
+    "arxiv": "2406.18518",
+    "citation": "Liu et al., NeurIPS 2024 Datasets and Benchmarks",
+}
+
+
+class RejectionSamplingConfig(StageConfig):
+    role: str = Field("teacher", description="LLM role that rolls out (teacher, policy, ...).")
+    n: int = Field(8, ge=1, le=64, description="Rollouts per task (N; pass@k up to k = N).")
+    temperature: float = Field(0.7, ge=0, description="Sampling temperature.")
+    first_step_n: bool = Field(
+        True, description="Sample the shared first step of all N rollouts in one request."
+    )
+    call_match: Literal["contains", "exact", "off"] = Field(
+        "contains",
+        description="Layer call_match: every gold call matched (contains), and no other call "
+        "(exact), or off.",
+    )
+    judge: bool = Field(False, description="Add APIGen's semantic checker (judge role) last.")
+    judge_role: str = Field("judge", description="LLM role of the semantic checker.")
+    keep: Literal["all", "first"] = Field(
+        "all", description="Keep every successful rollout of a task, or only the first."
+    )
+    episodes_in_flight: int | None = Field(
+        None,
+        ge=1,
+        description="Episodes played at once (default: twice the role's max_concurrency), "
+        "longest tasks first, so that the endpoint stays full to the end of a batch.",
+    )
+    limits: RolloutLimits = Field(default_factory=RolloutLimits, description="Episode limits.")
+
+
+@register
+class RejectionSampling(RowStage):
+    """N rollouts per task, verified format → execution → state/calls → judge; failures kept."""
+
+    name = "rejection_sampling"
+    Config = RejectionSamplingConfig
+    writes = (
+        "success",
+        "reward",
+        "reward_components",
+        "format_errors",
+        "failure_layer",
+        "failure_reason",
+        "rollouts_total",
+        "rollouts_passed",
+        "judge",
+    )
+    outputs = ("main", "failed")
+    io_bound = True
+    concurrency = 64
+
+    def setup(self, ctx: Context) -> None:
+        self._slots: dict[Any, asyncio.Semaphore] = {}
+
+    def _episode_slots(self, ctx: Context) -> asyncio.Semaphore:
+        """One semaphore per event loop bounding the episodes in flight."""
+        cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
+        if not hasattr(self, "_slots"):
+            self._slots = {}
+        loop = asyncio.get_running_loop()
+        if loop not in self._slots:
+            n = cfg.episodes_in_flight or 2 * ctx.llm(cfg.role).config.max_concurrency
+            self._slots[loop] = asyncio.Semaphore(n)
+        return self._slots[loop]
+
+    def priority(self, row: Trajectory) -> float:
+        """Longest expected episodes first (gold steps and turns), so a batch does not end
+        waiting on a few long rollouts with the endpoint half empty."""
+        return expected_steps(row)
+
+    async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
+        cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
+        gt, opening = task_of(row)
+        ctx.metrics.inc("tasks")
+        if gt is None:
+            ctx.metrics.inc("skipped.no_ground_truth")
+            return []
+        # 1) N rollouts
+        first: list[PolicyStep | None] = [None] * cfg.n
+        first_error: str | None = None
+        if cfg.first_step_n and cfg.n > 1:
+            shared = LLMPolicy(
+                ctx, cfg.role, task=gt, seed=ctx.row_seed(row.id, "first"),
+                temperature=cfg.temperature,
+            )  # fmt: skip
+            try:
+                first = list(await shared.sample(opening, row.tools, cfg.n))
+            except PolicyError as exc:
+                first_error = str(exc)
+        outcomes = await asyncio.gather(
+            *(self._rollout(ctx, row, gt, opening, r, first[r], first_error) for r in range(cfg.n))
+        )
+        # 3) rows
+        passed = sum(1 for _, v, _ in outcomes if v.ok)
+        ctx.metrics.inc("rollouts", cfg.n)
+        ctx.metrics.inc("passed", passed)
+        ctx.metrics.inc("tasks_solved", 1 if passed else 0)
+        out: list[Trajectory | Emit] = []
+        kept = 0
+        for r, (result, verdict, judge) in enumerate(outcomes):
+            if not verdict.ok:
+                ctx.metrics.inc(f"rejected.{verdict.layer}")
+            traj = episode_row(
+                ctx,
+                row,
+                result,
+                verdict,
+                method="rejection_sampling",
+                key=r,
+                generator=ctx.llm(cfg.role).model,
+                extra={"rollout": r},
+                rollouts_total=cfg.n,
+                rollouts_passed=passed,
+                judge=judge,
+            )
+            if verdict.ok and (cfg.keep == "all" or kept == 0):
+                out.append(traj)
+                kept += 1
+            elif not verdict.ok:
+                out.append(Emit("failed", [traj]))
+        return out
+
+    async def _rollout(
+        self,
+        ctx: Context,
+        row: Trajectory,
+        gt: Any,
+        opening: list[Any],
+        r: int,
+        first: PolicyStep | None,
+        first_error: str | None,
+    ) -> tuple[Any, EpisodeVerdict, Any]:
+        async with self._episode_slots(ctx):
+            return await self._play(ctx, row, gt, opening, r, first, first_error)
+
+    async def _play(
+        self,
+        ctx: Context,
+        row: Trajectory,
+        gt: Any,
+        opening: list[Any],
+        r: int,
+        first: PolicyStep | None,
+        first_error: str | None,
+    ) -> tuple[Any, EpisodeVerdict, Any]:
+        cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
+        env = make_env(ctx, row, gt)
+        ep = Episode(gt, env, tools=row.tools, prefix=opening, limits=cfg.limits.limits())
+        policy = LLMPolicy(
+            ctx, cfg.role, task=gt, seed=ctx.row_seed(row.id, r), temperature=cfg.temperature
+        )
+        await ep.start()
+        try:
+            if first_error is not None:
+                raise PolicyError(first_error)
+            if first is not None and not ep.done:
+                await ep.advance(first)
+            while not ep.done:
+                await ep.advance(await policy(ep.messages, row.tools))
+        except PolicyError as exc:
+            return ep.result(), EpisodeVerdict(False, "generation", str(exc)), None
+        result = ep.result()
+        # 2) the layers
+        verdict = verify_episode(result, gt, row.tools, call_match=cfg.call_match)
+        judge = None
+        if verdict.ok and cfg.judge:
+            judge = await judge_episode(
+                ctx, cfg.judge_role, result, gt, ctx.row_seed(row.id, r, "judge")
+            )
+            comps = {**verdict.components, "judge": 1.0 if judge.verdict != "fail" else 0.0}
+            if judge.verdict == "fail":
+                verdict = EpisodeVerdict(
+                    False, "judge", judge.rationale or "the judge said no", comps
+                )
+            else:
+                verdict = EpisodeVerdict(True, None, None, comps)
+        return result, verdict, judge

@@ -1,0 +1,193 @@
+"""What every rollout stage needs, in one place: a task row's ground truth and opening
+messages, a fresh environment for it, APIGen's optional semantic judge, and the trajectory row
+made from a played episode.
+
+- :func:`task_of`: (ground truth, opening messages) of a task row: its ``messages`` up to the
+  first assistant message, or the shared system prompt and the first gold request;
+- :func:`make_env`: ``ctx.envs.make`` for the row's domain, seeded as the task says;
+- :func:`expected_steps`: how long a correct episode of the task is (the scheduling priority
+  of the rollout stages: longest first);
+- :func:`judge_episode`: APIGen's semantic checker (judge role): the requests, the calls and
+  their results → ``{"thought", "passes": "yes"|"no"}``;
+- :func:`episode_row`: a :class:`~trajsynth.core.Trajectory` from an episode and its verdict
+  (messages, outcome columns, provenance; ``extra`` carries how the episode ended and its
+  tool errors).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..core.ids import stable_id
+from ..core.prompts import system_prompt
+from ..core.schema import Judge, Message, Trajectory
+from ..core.task import GroundTruth
+from ..envs.base import Environment
+from ..envs.episode import EpisodeLimits, EpisodeResult
+from ..envs.verifiers.episode import EpisodeVerdict
+from .base import Context, StageConfig
+
+__all__ = [
+    "JUDGE_PROMPT",
+    "RolloutLimits",
+    "episode_row",
+    "expected_steps",
+    "judge_episode",
+    "make_env",
+    "task_of",
+]
+
+#: APIGen's semantic checker (METHODS.md §7, from distilabel's "original implementation"),
+#: adapted from one query to a conversation
+JUDGE_PROMPT = """As a data quality evaluator, assess the alignment between the user's \
+requests, the function calls the assistant made and the results they returned. Do not pass \
+if: (1) the calls do not align with the requests' objective or the arguments are wrong; \
+(2) the functions were not chosen from the available ones; (3) the number of calls does not \
+match what the user intended; (4) the results are irrelevant to the functions' purpose; \
+(5) the results contain errors or show that an execution failed. Answer with JSON only: \
+{"thought": "<concise reasoning>", "passes": "yes" or "no"}."""
+
+
+class RolloutLimits(StageConfig):
+    """Episode limits shared by the rollout stages."""
+
+    max_steps: int = 32
+    max_steps_per_turn: int = 12
+    max_followups: int = 2
+
+    def limits(self) -> EpisodeLimits:
+        return EpisodeLimits(self.max_steps, self.max_steps_per_turn, self.max_followups)
+
+
+def task_of(row: Trajectory) -> tuple[GroundTruth | None, list[Message]]:
+    """The row's ground truth and the messages an episode starts from."""
+    gt = GroundTruth.from_json(row.ground_truth)
+    opening: list[Message] = []
+    for m in row.messages:
+        if m.role == "assistant":
+            break
+        opening.append(m)
+    while opening and opening[-1].role != "user":
+        opening.pop()
+    if not opening:
+        request = gt.turns[0].request if gt is not None and gt.turns else row.goal
+        opening = [
+            Message(role="system", content=system_prompt()),
+            Message(role="user", content=request),
+        ]
+    return gt, opening
+
+
+def expected_steps(row: Trajectory) -> float:
+    """Assistant messages a correct episode of the task takes (gold steps, one answer per
+    turn, one question per clarify turn): the rollout stages' scheduling priority."""
+    gt = row.ground_truth
+    if not isinstance(gt, dict):
+        return 0.0
+    turns = gt.get("turns") or []
+    return float(sum(len(t.get("steps") or []) + 1 + (t.get("kind") == "clarify") for t in turns))
+
+
+def make_env(ctx: Context, row: Trajectory, gt: GroundTruth | None) -> Environment:
+    """A fresh environment of the row's domain in the task's state."""
+    seed = gt.env_seed if gt is not None else 0
+    init = gt.initial_state if gt is not None else None
+    return ctx.envs.make(row.domain, seed=seed, initial_state=init)
+
+
+async def judge_episode(
+    ctx: Context, role: str, result: EpisodeResult, gt: GroundTruth | None, seed: int
+) -> Judge:
+    """APIGen's semantic check of one episode; an unreadable answer counts as a pass with
+    the raw text kept as the rationale (the judge is advisory where it cannot be read)."""
+    requests = [m.content or "" for m in result.messages if m.role == "user"]
+    calls = [
+        {"name": c.name, "arguments": c.parsed_arguments() or c.arguments} for c in result.calls
+    ]
+    results = [r.payload() for r in result.results]
+    body = (
+        f"Requests: {json.dumps(requests, ensure_ascii=False)}\n"
+        f"Calls: {json.dumps(calls, ensure_ascii=False)}\n"
+        f"Results: {json.dumps(results, ensure_ascii=False)[:6000]}"
+    )
+    meta: dict[str, Any] = {
+        "role": role,
+        "mode": "apigen",
+        "query": " ".join(requests),
+        "calls": [
+            {
+                "name": c["name"],
+                "arguments": c["arguments"] if isinstance(c["arguments"], dict) else {},
+            }
+            for c in calls
+        ],
+        "results": results,
+    }
+    if gt is not None:
+        meta["reference"] = [
+            c.model_dump(mode="json", include={"name", "arguments"}) for c in gt.flat_calls()
+        ]
+    reply = await ctx.llm(role).chat(
+        [Message(role="system", content=JUDGE_PROMPT), Message(role="user", content=body)],
+        None,
+        temperature=0.0,
+        seed=seed,
+        metadata=meta,
+    )
+    if not reply.ok:
+        return Judge(verdict="error", rationale=reply.error)
+    text = reply.choices[0].message.content or ""
+    try:
+        data = json.loads(text[text.find("{") : text.rfind("}") + 1])
+        passes = str(data.get("passes", "")).strip().lower()
+        return Judge(
+            verdict="pass" if passes == "yes" else "fail",
+            score=1.0 if passes == "yes" else 0.0,
+            rationale=str(data.get("thought", "")),
+        )
+    except (ValueError, AttributeError):
+        return Judge(verdict="unreadable", rationale=text[:500])
+
+
+def episode_row(
+    ctx: Context,
+    row: Trajectory,
+    result: EpisodeResult,
+    verdict: EpisodeVerdict | None,
+    *,
+    method: str,
+    key: Any,
+    generator: str = "",
+    extra: dict[str, Any] | None = None,
+    **columns: Any,
+) -> Trajectory:
+    """A trajectory row for ``result`` (``key`` makes its id unique among the row's
+    rollouts; ``columns`` override any column)."""
+    success = None if verdict is None else verdict.ok
+    data: dict[str, Any] = {
+        "id": stable_id(method, ctx.config_hash, row.id, key),
+        "task_id": row.task_id,
+        "goal": row.goal,
+        "domain": row.domain,
+        "capabilities": list(row.capabilities),
+        "ground_truth": row.ground_truth,
+        "tools": row.tools,
+        "messages": result.messages,
+        "success": success,
+        "reward": None if success is None else float(success),
+        "reward_components": dict(verdict.components) if verdict is not None else {},
+        "format_errors": list(result.format_errors),
+        "failure_layer": verdict.layer if verdict is not None else None,
+        "failure_reason": verdict.reason if verdict is not None else None,
+        "difficulty": row.difficulty,
+        "extra": {
+            "end": result.end,
+            "tool_errors": result.tool_errors,
+            "final_state_hash": result.final_state_hash,
+            **(extra or {}),
+        },
+        **ctx.provenance(method=method, parent_ids=[row.id], generator=generator),
+    }
+    data.update(columns)
+    return Trajectory.model_validate(data)
