@@ -71,6 +71,25 @@ def test_mask_is_exactly_the_assistant_turns(tiny) -> None:
     assert sum(ex.mask) == sum(len(r) for r in _runs(ex.input_ids, ex.mask))
 
 
+def test_deviated_steps_are_context_not_targets(tiny) -> None:
+    """STeCa keeps the agent's deviated step as context: its tokens stay in the input but
+    carry no loss; every other assistant turn keeps its mask."""
+    _, tok = tiny
+    row = conversation(0)
+    flags: list[list[str]] = [[] for m in row.messages if m.role == "assistant"]
+    flags[2] = ["deviated"]
+    flagged = row.derive(step_flags=flags)
+    plain, masked = tokenize_row(tok, row), tokenize_row(tok, flagged)
+    assert masked.input_ids == plain.input_ids
+    spans = [tok.decode(r, skip_special_tokens=False) for r in _runs(masked.input_ids, masked.mask)]
+    assert len(spans) == 3 and not any("Rome" in s for s in spans)
+    assert spans == [
+        tok.decode(r, skip_special_tokens=False)
+        for i, r in enumerate(_runs(plain.input_ids, plain.mask))
+        if i != 2
+    ]
+
+
 def test_rollout_tokens_equal_sft_tokens(tiny) -> None:
     """Token in / token out: prompt + generated spans + continuation ids reproduce the SFT
     tokenization of the whole conversation exactly (no re-tokenization drift)."""

@@ -4,7 +4,8 @@
    ``{% generation %}`` spans as the mask (``return_assistant_tokens_mask``): 1 on what the
    assistant wrote (reasoning, text, calls, the closing ``<|im_end|>``), 0 on the system
    prompt, the tool list, user turns and tool results; the model is never trained to
-   produce a tool's output;
+   produce a tool's output. Steps flagged ``deviated`` (``Trajectory.context_steps``: STeCa
+   keeps the agent's wrong step as context before its reflection) are masked out too;
 2) keep the start of a sequence longer than ``max_len`` (counted in :class:`DataStats`); a row
    with no assistant token left is skipped;
 3) pack: best-fit decreasing of whole sequences into rows of ``max_len`` tokens. Positions
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.errors import DataError
 from ..core.schema import Trajectory
 from .template import row_messages
 
@@ -95,7 +97,35 @@ def tokenize_row(tokenizer: Any, row: Trajectory, *, reasoning: bool = True) -> 
         return_dict=True,
         return_assistant_tokens_mask=True,
     )
-    return Example(list(enc["input_ids"]), list(enc["assistant_masks"]), row.id)
+    mask = list(enc["assistant_masks"])
+    context = row.context_steps()
+    if context:
+        mask = _mask_steps(mask, context, row)
+    return Example(list(enc["input_ids"]), mask, row.id)
+
+
+def _mask_steps(mask: list[int], steps: set[int], row: Trajectory) -> list[int]:
+    """Zero the loss on the assistant steps in ``steps`` (STeCa's deviated step is context the
+    model reads, not a target). Each assistant message is one run of 1s in the template's
+    generation mask, in order."""
+    runs: list[tuple[int, int]] = []
+    for i, m in enumerate(mask):
+        if m and (i == 0 or not mask[i - 1]):
+            runs.append((i, i + 1))
+        elif m:
+            runs[-1] = (runs[-1][0], i + 1)
+    n_assistant = sum(1 for m in row.messages if m.role == "assistant")
+    if len(runs) != n_assistant:
+        raise DataError(
+            f"row {row.id}: the chat template marked {len(runs)} assistant spans for "
+            f"{n_assistant} assistant messages, so its flagged context steps cannot be masked"
+        )
+    out = list(mask)
+    for step in steps:
+        if step < len(runs):
+            start, end = runs[step]
+            out[start:end] = [0] * (end - start)
+    return out
 
 
 def tokenize_rows(
