@@ -177,3 +177,56 @@ def test_grpo_raises_the_reward_of_a_weak_sft_checkpoint(tmp_path: Path) -> None
     first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
     assert last >= first + 0.15, rewards
     assert all(h["updates"] >= 1 or h["groups_filtered"] == h["groups"] for h in result.history)
+
+
+def test_train_grpo_on_arena_packages_uses_the_package_reward(tmp_path: Path, external_dir) -> None:
+    """`train-grpo --arenas DIR`: arena packages bring their own environments and reward (the
+    package's sub-goal F1, no verifier, no LLM), and a short GRPO run goes through them."""
+    from trajsynth.envs.arena import arena_training_set, pack_arena
+    from trajsynth.envs.importers.bfcl import convert_function
+    from trajsynth.envs.sandbox import Sandbox
+    from trajsynth.train.checkpoint import save_model
+    from trajsynth.train.tiny import TinyConfig, new_student
+
+    from ..envs.test_arena import ADD, MULTIPLY, task_row
+
+    docs = external_dir / "bfcl" / "multi_turn_func_doc" / "math_api.json"
+    tools = [convert_function(json.loads(x)).to_openai() for x in docs.read_text().splitlines()]
+    with Sandbox() as sandbox:
+        package = pack_arena(task_row(tools), code={"add": ADD, "multiply": MULTIPLY},
+                             distractors=1, sandbox=sandbox)  # fmt: skip
+    arenas = tmp_path / "arenas"
+    arenas.mkdir()
+    (arenas / f"{package.uuid}.json").write_text(package.model_dump_json())
+    arena_set = arena_training_set(arenas)
+    row = arena_set.rows[0]
+    # the package's own reward decides: the full solve 1, half of it F1 = 2·1·0.5/1.5 = 2/3
+    add = ("add", {"a": 3.0, "b": 4.0})
+    mul = ("multiply", {"a": 7.0, "b": 5.0})
+    ep_full, ep_half = Episode(row=row), Episode(row=row)
+    ep_full.messages = [Message(role="assistant", tool_calls=[ToolCall(id=n, name=n,
+                        arguments=json.dumps(a)) for n, a in (add, mul)])]  # fmt: skip
+    ep_half.messages = [Message(role="assistant", tool_calls=[ToolCall(id="a", name=add[0],
+                        arguments=json.dumps(add[1]))])]  # fmt: skip
+    kept = score_and_advantages([ep_full, ep_half], arena_set.make_env, GRPOConfig(model="x"),
+                                AdvantageStats(), arena_set.reward)  # fmt: skip
+    assert ep_full.reward == 1.0 and ep_half.reward == pytest.approx(2 / 3, abs=1e-9)
+    assert len(kept) == 2
+    arena_set.close()
+    # and the CLI trains on the folder
+    model, tok = new_student([row], TinyConfig(vocab_size=300, hidden_size=32,
+                                               intermediate_size=64))  # fmt: skip
+    save_model(tmp_path / "m", model, tok)
+    from typer.testing import CliRunner
+
+    from trajsynth.cli import app
+
+    res = CliRunner().invoke(app, ["train-grpo", "--model", str(tmp_path / "m"), "--out",
+        str(tmp_path / "g"), "--arenas", str(arenas), "--iterations", "1", "--group-size", "2",
+        "--tasks-per-step", "1", "--set", "rollout.max_new_tokens=8", "--set",
+        "rollout.max_steps=1", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    line = res.stdout.strip().splitlines()[-1]
+    history = json.loads(line)["history"]
+    assert len(history) == 1 and 0.0 <= history[0]["reward"] <= 1.0
+    assert (tmp_path / "g" / "config.json").is_file()

@@ -222,12 +222,6 @@ def train_grpo_command(
     _require_train_extra()
     if (tasks is None) == (arenas is None):
         raise ConfigError("give exactly one of --tasks DIR or --arenas DIR")
-    if arenas is not None:
-        raise ConfigError(
-            "--arenas needs the arena packages of `trajsynth arena pack`, which this "
-            "installation does not have yet",
-            hint="train on task rows with --tasks DIR",
-        )
     from ..train.grpo import GRPOConfig, train_grpo
 
     values: dict[str, Any] = dict(
@@ -250,13 +244,28 @@ def train_grpo_command(
         settings.setdefault("rollout", {})["temperature"] = temperature
     cfg = _config(GRPOConfig, settings)
     _model_folder(cfg.model)
-    assert tasks is not None
-    rows = _records(tasks, "tasks")
+    make_env = reward_fn = arena_set = None
+    if arenas is not None:
+        from ..envs.arena import arena_training_set
+
+        arena_set = arena_training_set(arenas)
+        rows, make_env, reward_fn = arena_set.rows, arena_set.make_env, arena_set.reward
+        if not rows:
+            raise ConfigError(f"{arenas} holds no arena packages", hint="trajsynth arena pack")
+    else:
+        assert tasks is not None
+        rows = _records(tasks, "tasks")
     progress = RichProgress(
         ("reward", "success", "calls_per_episode", "format_errors", "adv_std", "groups_filtered"),
         quiet=quiet or as_json,
     )
-    result = train_grpo(rows, out, cfg, progress=progress)
+    try:
+        result = train_grpo(
+            rows, out, cfg, make_env=make_env, reward_fn=reward_fn, progress=progress
+        )
+    finally:
+        if arena_set is not None:
+            arena_set.close()
     if as_json:
         print(json.dumps(result.model_dump()))
     elif not quiet:

@@ -68,6 +68,9 @@ PAPER = {
 }
 STATE_FILE = "trajsynth_grpo.json"
 
+#: an episode's task reward in [0, 1] from its row and messages (default: the verifiers)
+RewardFn = Callable[[Trajectory, list[Any]], float]
+
 
 class GRPOConfig(StrictModel):
     """Settings of one GRPO run (the ``trajsynth train-grpo`` options)."""
@@ -133,15 +136,30 @@ def score_and_advantages(
     make_env: Callable[[Trajectory], Any],
     cfg: GRPOConfig,
     stats: AdvantageStats,
+    reward_fn: RewardFn | None = None,
 ) -> list[tuple[Episode, list[float]]]:
     """Steps 2-3: (episode, advantage per assistant turn) for every episode of a group with
-    signal."""
+    signal. ``reward_fn`` (e.g. an arena package's own reward) replaces the verifiers' score
+    as the task reward; the efficiency and format terms still apply."""
     groups: dict[str, list[Episode]] = defaultdict(list)
     for ep in episodes:
-        scores = score_episode(ep.row, ep.messages, make_env)
-        ep.scores.update(scores)
-        ep.reward = episode_reward(ep, scores, cfg.reward, cfg.rollout.max_steps)
-        ep.success = scores[cfg.reward.kind if cfg.reward.kind != "state_match" else "call_match"]
+        if reward_fn is not None:
+            task_reward = float(reward_fn(ep.row, ep.messages))
+            scores = {"exact_match": task_reward, "call_match": task_reward}
+            ep.scores.update(scores)
+            ep.reward = episode_reward(
+                ep,
+                scores,
+                cfg.reward.model_copy(update={"kind": "exact_match"}),
+                cfg.rollout.max_steps,
+            )
+            ep.success = float(task_reward >= 1.0)
+        else:
+            scores = score_episode(ep.row, ep.messages, make_env)
+            ep.scores.update(scores)
+            ep.reward = episode_reward(ep, scores, cfg.reward, cfg.rollout.max_steps)
+            kind = cfg.reward.kind if cfg.reward.kind != "state_match" else "call_match"
+            ep.success = scores[kind]
         ep.step_rewards = [0.0] * max(0, ep.steps - 1) + [ep.reward] if ep.steps else []
         groups[ep.row.id].append(ep)
     kept: list[tuple[Episode, list[float]]] = []
@@ -214,9 +232,12 @@ def train_grpo(
     cfg: GRPOConfig,
     *,
     make_env: Callable[[Trajectory], Any] | None = None,
+    reward_fn: RewardFn | None = None,
     progress: Progress | None = None,
 ) -> GRPOResult:
-    """Steps 1-6 of the module docstring."""
+    """Steps 1-6 of the module docstring. ``make_env`` and ``reward_fn`` let another task
+    source (ASTRA-style arena packages: :func:`trajsynth.envs.arena.arena_training_set`)
+    bring its own environments and reward."""
     import torch
 
     from .synth import env_maker
@@ -273,7 +294,7 @@ def train_grpo(
         t_rollout = time.perf_counter() - t0
         # 2-3) rewards and advantages
         stats = AdvantageStats()
-        kept = score_and_advantages(episodes, make_env, cfg, stats)
+        kept = score_and_advantages(episodes, make_env, cfg, stats, reward_fn)
         kept = [(ep, a) for ep, a in kept if any(ep.mask)]
         metrics: dict[str, float] = {
             "reward": sum(ep.reward for ep in episodes) / len(episodes),
