@@ -152,9 +152,12 @@ def tiny_student(tasks, make_env):
 
 @pytest.mark.slow
 def test_grpo_raises_the_reward_of_a_weak_sft_checkpoint(tmp_path: Path) -> None:
-    """A weak SFT checkpoint (a few steps on gold trajectories), then GRPO on the same task
-    families: the mean reward of the last quarter of updates beats the first quarter by at
-    least 0.15 (binary exact-match reward, sampled at temperature 1)."""
+    """A weak SFT checkpoint (60 steps on gold trajectories), then GRPO on the same task
+    families with the reward "right tools at every step, minus 1 for a malformed turn"
+    (``tool_match`` with ``format: 1.0``), sampled at temperature 1: the mean reward of the
+    last quarter of updates beats the first quarter by at least 0.15, and the share of
+    episodes with a format error falls. (The binary exact-match reward gives a student this
+    weak no signal at all: every group scores 0 and is filtered.)"""
     from trajsynth.train.grpo import train_grpo
     from trajsynth.train.sft import SFTConfig, train_sft
 
@@ -164,18 +167,21 @@ def test_grpo_raises_the_reward_of_a_weak_sft_checkpoint(tmp_path: Path) -> None
     train_sft(gold, tmp_path / "sft", SFTConfig(max_steps=60, batch_size=2, max_len=1024, lr=5e-3))
     cfg = GRPOConfig(
         model=str(tmp_path / "sft"),
-        iterations=16,
+        iterations=12,
         tasks_per_step=6,
         group_size=8,
         lr=1e-3,
         rollout=RolloutConfig(temperature=1.0, max_new_tokens=48, max_steps=3),
         max_observation_chars=300,
+        reward={"kind": "tool_match", "format": 1.0},
     )
     result = train_grpo(tasks[80:], tmp_path / "grpo", cfg, make_env=make_env)
     rewards = [h["reward"] for h in result.history]
+    errors = [h["format_errors"] for h in result.history]
     q = len(rewards) // 4
     first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
     assert last >= first + 0.15, rewards
+    assert sum(errors[-q:]) < sum(errors[:q]), errors
     assert all(h["updates"] >= 1 or h["groups_filtered"] == h["groups"] for h in result.history)
 
 

@@ -207,7 +207,7 @@ def train_grpo_command(
     advantage: Annotated[str | None, typer.Option(help="grpo or gigpo.")] = None,
     beta: Annotated[float | None, typer.Option(help="KL weight (0: no KL).")] = None,
     reward: Annotated[
-        str | None, typer.Option(help="exact_match, call_match or state_match.")
+        str | None, typer.Option(help="exact_match, call_match, state_match or tool_match.")
     ] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,

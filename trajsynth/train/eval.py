@@ -16,7 +16,10 @@ Scoring one episode (:func:`score_episode`) against its task's ground truth:
 4) ``state_match``: tau-bench final state (the episode's calls replayed on a fresh
    environment reach the gold state hash) and ``outputs_match``: required outputs in the final
    answer (:mod:`~trajsynth.envs.verifiers.final_state`);
-5) ``call_accuracy``: the share of gold call steps matched at their position.
+5) ``call_accuracy``: the share of gold call steps matched at their position;
+6) ``tool_match``: the right tools at every step (each call step's multiset of tool names
+   equals the gold's, text where the gold is text, as many steps), arguments aside: the skill
+   a student learns before it can copy values.
 
 :func:`evaluate` rolls the policy out (greedy by default) on every task and aggregates the
 scores overall and per capability tag; for a local model it adds each episode's mean
@@ -48,7 +51,14 @@ __all__ = [
 ]
 
 #: the per-episode scores that are aggregated
-METRICS = ("call_match", "exact_match", "state_match", "outputs_match", "call_accuracy")
+METRICS = (
+    "call_match",
+    "exact_match",
+    "state_match",
+    "outputs_match",
+    "call_accuracy",
+    "tool_match",
+)
 
 Step = list[GoldCall] | None  # None: a text step
 PredStep = list[ToolCall] | None
@@ -102,9 +112,16 @@ def score_episode(
         exact_multiset_reward(p if p is not None else "text", g if g is not None else "text") == 1.0
         for p, g in zip(pred, gold, strict=False)
     )
+    # 6) the right tools at every step
+    tools_ok = len(pred) == len(gold) and all(
+        (p is None) == (g is None)
+        and (g is None or sorted(c.name for c in p or []) == sorted(c.name for c in g))
+        for p, g in zip(pred, gold, strict=False)
+    )
     scores = {
         "call_match": float(call_match),
         "exact_match": float(exact),
+        "tool_match": float(tools_ok),
         "call_accuracy": matched / call_steps if call_steps else float(call_match),
     }
     # 4) final state and required outputs
@@ -125,11 +142,12 @@ def score_episode(
 class RewardConfig(BaseModel):
     """The GRPO reward (METHODS.md §1 and §11)."""
 
-    kind: Literal["exact_match", "call_match", "state_match"] = Field(
+    kind: Literal["exact_match", "call_match", "state_match", "tool_match"] = Field(
         default="exact_match",
         description="exact_match: LoopTool's binary reward (every step's calls equal the "
         "gold as a multiset); call_match: BFCL AST matching; state_match: tau-bench final "
-        "state plus required outputs.",
+        "state plus required outputs; tool_match: the right tools at every step, arguments "
+        "aside (a denser signal for a student that cannot copy values yet).",
     )
     efficiency: float = Field(
         default=0.0, ge=0, description="λ_eff: R −= λ_eff · turns / max_turns (0: off)."
