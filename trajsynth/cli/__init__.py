@@ -41,6 +41,7 @@ COMMAND_MODULES = [
     "trajsynth.cli.tools",
     "trajsynth.cli.serve",
     "trajsynth.cli.arena",
+    "trajsynth.cli.train",
 ]
 
 for _module in COMMAND_MODULES:
