@@ -1,0 +1,184 @@
+"""SFT: a smoke run through the real CLI, the gradient-accumulation invariant, resume, and
+the import rules of the training commands.
+
+Run: python -m pytest tests/train/test_sft.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trajsynth.core.errors import ConfigError  # noqa: E402
+from trajsynth.store.shards import ShardWriter  # noqa: E402
+from trajsynth.train.progress import RecordingProgress  # noqa: E402
+from trajsynth.train.sft import SFTConfig, train_sft  # noqa: E402
+
+from .conftest import conversation  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = {"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64, "num_layers": 2}
+CITIES = ["Paris", "Oslo", "Lima", "Rome", "Kyiv", "Cork", "Bern", "Riga"]
+
+
+def _rows(n: int = 16) -> list:
+    return [conversation(i, CITIES[i % len(CITIES)]) for i in range(n)]
+
+
+def _write(rows: list, folder: Path) -> Path:
+    with ShardWriter(folder) as w:
+        w.write(rows)
+    return folder
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The real entry point, in this process: (exit code, stdout, stderr)."""
+    from trajsynth.cli import main
+
+    capsys.readouterr()
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_train_sft_cli_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """2 steps through the real command: finite loss, every trainable parameter changed, a
+    loadable model folder."""
+    from transformers import AutoModelForCausalLM
+
+    data = _write(_rows(), tmp_path / "data")
+    out = tmp_path / "ckpt"
+    sets = [f"tiny.{k}={v}" for k, v in TINY.items()]
+    code, stdout, stderr = _cli(
+        capsys, "train-sft", str(data), "--out", str(out), "--max-steps", "2",
+        "--batch-size", "4", "--max-len", "512", "--lr", "1e-2", "--json",
+        *[a for s in sets for a in ("--set", s)],
+    )  # fmt: skip
+    assert code == 0, stderr
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["steps"] == 2 and result["data"]["examples"] == 16
+    assert all(map(lambda x: x == x and abs(x) < 1e4, (result["first_loss"], result["final_loss"])))
+    trained = AutoModelForCausalLM.from_pretrained(out)
+    # the same seed builds the same initial weights: compare against them
+    from trajsynth.train.tiny import TinyConfig, new_student
+
+    initial, _ = new_student(_rows(), TinyConfig(**TINY))
+    before = dict(initial.named_parameters())
+    for name, p in trained.named_parameters():
+        assert not torch.equal(p, before[name]), f"parameter {name} has not changed"
+    assert (out / "trajsynth_sft.json").is_file() and not (out / "checkpoint").exists()
+
+
+def _params(out: Path) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def test_micro_batch_1_by_accum_8_equals_8_by_1() -> None:
+    """The loss is divided by the whole step's token count, so one micro-batch of 8 and
+    eight micro-batches of 1 give the same gradient (the loop's own function is used)."""
+    from trajsynth.train.data import batches, tokenize_rows
+    from trajsynth.train.sft import accumulate_gradients
+    from trajsynth.train.tiny import TinyConfig, new_student
+
+    rows = _rows(8)
+    model, tok = new_student(rows, TinyConfig(**TINY))
+    examples, _ = tokenize_rows(tok, rows, max_len=512)
+    common = dict(max_len=512, pack_sequences=False, pad_id=tok.pad_token_id, seed=0)
+    one_by_eight = batches(examples, batch_size=8, **common)
+    eight_by_one = batches(examples, batch_size=1, **common)
+    assert len(one_by_eight) == 1 and len(eight_by_one) == 8
+    grads = []
+    for micro in (one_by_eight, eight_by_one):
+        model.zero_grad()
+        loss, n = accumulate_gradients(model, micro, "cpu", "fp32")
+        grads.append((loss, n, {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (la, na, ga), (lb, nb, gb) = grads
+    assert na == nb and la == pytest.approx(lb, rel=1e-5)
+    for name in ga:
+        assert torch.allclose(ga[name], gb[name], rtol=1e-4, atol=1e-8), name
+
+
+class _Crash(RecordingProgress):
+    def update(self, step: int, metrics: dict[str, float]) -> None:
+        super().update(step, metrics)
+        if step == 3:
+            raise KeyboardInterrupt
+
+
+def test_resume_continues_where_it_stopped(tmp_path: Path) -> None:
+    rows = _rows()
+    cfg = SFTConfig(tiny=TINY, max_steps=5, batch_size=2, max_len=512, save_every=2)
+    straight = train_sft(rows, tmp_path / "straight", cfg)
+    with pytest.raises(KeyboardInterrupt):
+        train_sft(rows, tmp_path / "resumed", cfg, progress=_Crash())
+    assert (tmp_path / "resumed" / "checkpoint" / "state.json").is_file()
+    progress = RecordingProgress()
+    resumed = train_sft(rows, tmp_path / "resumed", cfg, progress=progress)
+    assert resumed.resumed_from == 2 and progress.notes == ["resuming from step 2 of 5"]
+    assert [r["step"] for r in progress.records] == [3, 4, 5]
+    assert resumed.final_loss == pytest.approx(straight.final_loss, rel=1e-4)
+    pa, pb = _params(tmp_path / "straight"), _params(tmp_path / "resumed")
+    for name in pa:
+        assert torch.allclose(pa[name], pb[name], atol=1e-5), name
+    # a checkpoint from other settings is refused, not silently mixed
+    with pytest.raises(KeyboardInterrupt):
+        train_sft(rows, tmp_path / "other", cfg, progress=_Crash())
+    with pytest.raises(ConfigError, match="other settings"):
+        train_sft(rows, tmp_path / "other", cfg.model_copy(update={"lr": 0.1}))
+
+
+def test_help_does_not_import_torch() -> None:
+    code = (
+        "import sys; from trajsynth.cli import main\n"
+        "try: main(['--help'])\nexcept SystemExit: pass\n"
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "False False"
+    assert "train-sft" in out.stdout and "train-grpo" in out.stdout
+
+
+def test_without_the_train_extra_one_install_line(tmp_path: Path) -> None:
+    data = _write(_rows(2), tmp_path / "data")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from trajsynth.cli import main\n"
+        f"main(['train-sft', {str(data)!r}, '--out', {str(tmp_path / 'o')!r}])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.strip() == "the train extra is not installed: pip install 'trajsynth[train]'"
+
+
+def test_user_errors_are_one_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(tmp_path / "o")
+    code, _, err = _cli(capsys, "train-sft", str(tmp_path / "missing"), "--out", out)
+    assert code == 2 and "does not exist" in err and "Traceback" not in err
+    data = str(_write(_rows(2), tmp_path / "data"))
+    code, _, err = _cli(capsys, "train-sft", data, "--out", out, "--set", "tiny.colour=red")
+    assert code == 2 and "tiny.colour: unknown setting" in err
+    code, _, err = _cli(capsys, "train-sft", data, "--out", out, "--model", str(tmp_path))
+    assert code == 2 and "not a model folder" in err
+    code, _, err = _cli(capsys, "train-grpo", "--model", str(tmp_path), "--out", out)
+    assert code == 2 and "exactly one of --tasks DIR or --arenas DIR" in err
+    code, _, err = _cli(capsys, "eval", "--tasks", data)
+    assert code == 2 and "exactly one of --model DIR or --base-url URL" in err

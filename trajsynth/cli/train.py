@@ -1,0 +1,350 @@
+"""Training commands: ``train-sft``, ``train-grpo``, ``eval``.
+
+torch and transformers are imported inside the commands, so ``trajsynth --help`` stays fast;
+without the ``train`` extra each command prints one install line and exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..core.errors import ConfigError, InputNotFoundError
+from . import app
+from ._common import console, err_console
+
+INSTALL_LINE = "the train extra is not installed: pip install 'trajsynth[train]'"
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Any other setting KEY=VALUE (e.g. tiny.hidden_size=256)."),
+]
+
+
+def _require_train_extra() -> None:
+    """One install line and exit 1 when torch or transformers cannot be imported (checked
+    without importing them, so a user error is still reported fast)."""
+    import importlib.util
+
+    for name in ("torch", "transformers"):
+        try:
+            missing = name in sys.modules and sys.modules[name] is None
+            missing = missing or importlib.util.find_spec(name) is None
+        except (ImportError, ValueError):
+            missing = True
+        if missing:
+            err_console.print(INSTALL_LINE, markup=False, highlight=False)
+            raise SystemExit(1)
+
+
+def _model_folder(model: str | Path) -> None:
+    if model != "tiny" and not (Path(model) / "config.json").is_file():
+        raise ConfigError(
+            f"{model} is not a model folder (no config.json)",
+            hint="pass --model tiny, or a folder written by `trajsynth train-sft`",
+        )
+
+
+def _settings(values: dict[str, Any], sets: list[str] | None) -> dict[str, Any]:
+    """Options given on the command line, then ``--set a.b=VALUE`` (YAML values) on top."""
+    import yaml
+
+    out = {k: v for k, v in values.items() if v is not None}
+    for item in sets or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {part} is not a group of settings")
+        node[parts[-1]] = yaml.safe_load(raw)
+    return out
+
+
+def _config(cls: Any, data: dict[str, Any]) -> Any:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ConfigError(f"{where}: {msg}") from None
+
+
+def _records(path: Path, what: str) -> list[Any]:
+    from ..store.shards import read_records
+
+    if not path.exists():
+        raise InputNotFoundError(f"{what} {path} does not exist")
+    return read_records(path)
+
+
+class RichProgress:
+    """The trainers' progress protocol as a rich progress bar (one line per report when the
+    output is not a terminal)."""
+
+    def __init__(self, keys: tuple[str, ...], quiet: bool = False) -> None:
+        self.keys = keys
+        self.quiet = quiet
+        self.live = err_console.is_terminal and not quiet
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[metrics]}"),
+            TimeElapsedColumn(),
+            console=err_console,
+            disable=not self.live,
+        )
+        self.task: Any = None
+
+    def _fmt(self, metrics: dict[str, float]) -> str:
+        parts = []
+        for k in self.keys:
+            if k in metrics:
+                v = metrics[k]
+                parts.append(f"{k} {v:,.0f}" if abs(v) >= 1000 else f"{k} {v:.4g}")
+        return "  ".join(parts)
+
+    def start(self, total: int, description: str, done: int = 0) -> None:
+        self.bar.start()
+        self.task = self.bar.add_task(description, total=total, completed=done, metrics="")
+
+    def update(self, step: int, metrics: dict[str, float]) -> None:
+        text = self._fmt(metrics)
+        self.bar.update(self.task, completed=step, metrics=text)
+        if not self.live and not self.quiet:
+            err_console.print(f"step {step}: {text}")
+
+    def note(self, message: str) -> None:
+        if not self.quiet:
+            err_console.print(message)
+
+    def close(self) -> None:
+        self.bar.stop()
+
+
+@app.command("train-sft")
+def train_sft_command(
+    data: Annotated[Path, typer.Argument(help="Trajectory shards (file or folder).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Model folder to write.")] = ...,  # type: ignore[assignment]
+    model: Annotated[
+        str, typer.Option(help="`tiny` (built from the data) or a model folder.")
+    ] = "tiny",
+    epochs: Annotated[float | None, typer.Option(help="Passes over the data.")] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    max_len: Annotated[int | None, typer.Option(help="Tokens per packed row.")] = None,
+    pack: Annotated[bool | None, typer.Option("--pack/--no-pack", help="Pack sequences.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Rows per micro-batch.")] = None,
+    grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per step.")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
+    precision: Annotated[str | None, typer.Option(help="auto, bf16, fp32.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
+    save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
+    resume: Annotated[
+        bool | None, typer.Option("--resume/--no-resume", help="Resume from OUT/checkpoint.")
+    ] = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """Supervised fine-tuning with the loss on assistant tokens only."""
+    _require_train_extra()
+    from ..train.sft import SFTConfig, train_sft
+
+    values = dict(
+        model=model,
+        epochs=epochs,
+        lr=lr,
+        max_len=max_len,
+        pack=pack,
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        max_steps=max_steps,
+        device=device,
+        precision=precision,
+        seed=seed,
+        save_every=save_every,
+        resume=resume,
+    )
+    cfg = _config(SFTConfig, _settings(values, set_))
+    _model_folder(cfg.model)
+    rows = _records(data, "data")
+    progress = RichProgress(("loss", "lr", "tokens_per_s", "epoch"), quiet=quiet or as_json)
+    result = train_sft(rows, out, cfg, progress=progress)
+    if as_json:
+        print(json.dumps(result.model_dump()))
+    elif not quiet:
+        console.print(
+            f"[green]✓[/] {result.steps} steps, {result.tokens:,} tokens in "
+            f"{result.seconds:.1f}s ({result.tokens_per_s:,.0f} tokens/s), loss "
+            f"{result.first_loss:.3f} → {result.final_loss:.3f}; model in {out}"
+        )
+
+
+@app.command("train-grpo")
+def train_grpo_command(
+    model: Annotated[str, typer.Option(help="Starting checkpoint (a model folder).")] = ...,  # type: ignore[assignment]
+    out: Annotated[Path, typer.Option("--out", "-o", help="Model folder to write.")] = ...,  # type: ignore[assignment]
+    tasks: Annotated[
+        Path | None, typer.Option(help="Task rows (ground truth, tools, first request).")
+    ] = None,
+    arenas: Annotated[Path | None, typer.Option(help="Arena packages (ASTRA-style).")] = None,
+    iterations: Annotated[int | None, typer.Option(help="Policy updates.")] = None,
+    group_size: Annotated[int | None, typer.Option(help="G: episodes per task.")] = None,
+    tasks_per_step: Annotated[int | None, typer.Option(help="Tasks per update.")] = None,
+    lr: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
+    advantage: Annotated[str | None, typer.Option(help="grpo or gigpo.")] = None,
+    beta: Annotated[float | None, typer.Option(help="KL weight (0: no KL).")] = None,
+    reward: Annotated[
+        str | None, typer.Option(help="exact_match, call_match or state_match.")
+    ] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
+    save_every: Annotated[int | None, typer.Option(help="Checkpoint every N updates.")] = None,
+    resume: Annotated[bool | None, typer.Option("--resume/--no-resume")] = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """GRPO (or GiGPO) on multi-turn episodes in the environments."""
+    _require_train_extra()
+    if (tasks is None) == (arenas is None):
+        raise ConfigError("give exactly one of --tasks DIR or --arenas DIR")
+    if arenas is not None:
+        raise ConfigError(
+            "--arenas needs the arena packages of `trajsynth arena pack`, which this "
+            "installation does not have yet",
+            hint="train on task rows with --tasks DIR",
+        )
+    from ..train.grpo import GRPOConfig, train_grpo
+
+    values: dict[str, Any] = dict(
+        model=model,
+        iterations=iterations,
+        group_size=group_size,
+        tasks_per_step=tasks_per_step,
+        lr=lr,
+        advantage=advantage,
+        beta=beta,
+        device=device,
+        seed=seed,
+        save_every=save_every,
+        resume=resume,
+    )
+    settings = _settings(values, set_)
+    if reward is not None:
+        settings.setdefault("reward", {})["kind"] = reward
+    if temperature is not None:
+        settings.setdefault("rollout", {})["temperature"] = temperature
+    cfg = _config(GRPOConfig, settings)
+    _model_folder(cfg.model)
+    assert tasks is not None
+    rows = _records(tasks, "tasks")
+    progress = RichProgress(
+        ("reward", "success", "calls_per_episode", "format_errors", "adv_std", "groups_filtered"),
+        quiet=quiet or as_json,
+    )
+    result = train_grpo(rows, out, cfg, progress=progress)
+    if as_json:
+        print(json.dumps(result.model_dump()))
+    elif not quiet:
+        h = result.history
+        console.print(
+            f"[green]✓[/] {len(h)} updates in {result.seconds:.1f}s; reward "
+            f"{h[0]['reward']:.3f} → {h[-1]['reward']:.3f}; model in {out}"
+        )
+
+
+@app.command("eval")
+def eval_command(
+    tasks: Annotated[Path, typer.Option(help="Held-out task rows.")] = ...,  # type: ignore[assignment]
+    model: Annotated[Path | None, typer.Option(help="A local model folder.")] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="An OpenAI-compatible endpoint instead of --model.")
+    ] = None,
+    api_model: Annotated[str, typer.Option(help="Model name at --base-url.")] = "",
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Environment variable with the endpoint's API key.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Evaluate the first N tasks.")] = None,
+    temperature: Annotated[float, typer.Option(help="0: greedy.")] = 0.0,
+    max_steps: Annotated[int, typer.Option(help="Assistant turns per episode.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens per turn.")] = 256,
+    max_observation_chars: Annotated[
+        int | None, typer.Option(help="Longest tool output shown.")
+    ] = 16_000,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, mps.")] = "auto",
+    episodes: Annotated[
+        Path | None, typer.Option(help="Write every episode (messages, scores) as JSON here.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Score a model on held-out tasks with the shared verifiers, per capability and overall."""
+    if (model is None) == (base_url is None):
+        raise ConfigError("give exactly one of --model DIR or --base-url URL")
+    from ..train.rollout import ClientPolicy, RolloutConfig
+
+    rows = _records(tasks, "tasks")[:limit]
+    if not rows:
+        raise InputNotFoundError(f"no task rows in {tasks}")
+    cfg = RolloutConfig(temperature=temperature, max_steps=max_steps, max_new_tokens=max_new_tokens)
+    if model is not None:
+        _require_train_extra()
+        _model_folder(model)
+        from ..train.modeling import load_student, resolve_device
+        from ..train.rollout import LocalPolicy
+
+        dev = resolve_device(device)
+        m, tok = load_student(model, dev)
+        policy: Any = LocalPolicy(m, tok, device=dev)
+        name = str(model)
+    else:
+        from ..llm.client import client_for_role
+
+        role = {"backend": "openai", "base_url": base_url, "model": api_model, "cache": False}
+        if api_key_env:
+            role["api_key_env"] = api_key_env
+        policy = ClientPolicy(client_for_role("eval", {"eval": role}))
+        name = f"{base_url} {api_model}".strip()
+    from ..train.eval import evaluate
+    from ..train.synth import env_maker
+
+    report = evaluate(rows, policy, env_maker(max_observation_chars), cfg)
+    if episodes is not None:
+        episodes.write_text(json.dumps(report.episodes, indent=1, default=str))
+    if as_json:
+        print(json.dumps(report.model_dump(exclude={"episodes"})))
+        return
+    _print_report(name, report)
+
+
+def _print_report(name: str, report: Any) -> None:
+    from rich.table import Table
+
+    cols = ("call_match", "exact_match", "state_match", "outputs_match", "call_accuracy")
+    t = Table(title=f"{name}: {report.tasks} tasks in {report.seconds:.1f}s", title_justify="left")
+    t.add_column("capability")
+    t.add_column("tasks", justify="right")
+    for c in cols:
+        t.add_column(c.replace("_", " "), justify="right")
+    for cap, scores in report.by_capability.items():
+        t.add_row(cap, str(report.counts[cap]), *(f"{scores.get(c, 0):.1%}" for c in cols))
+    t.add_row(
+        "[bold]overall[/]",
+        str(report.tasks),
+        *(f"[bold]{report.overall.get(c, 0):.1%}[/]" for c in cols),
+    )
+    console.print(t)
+    sys.stdout.flush()

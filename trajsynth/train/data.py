@@ -1,0 +1,196 @@
+"""SFT data: trajectories → token ids with an assistant-only loss mask → packed batches.
+
+1) render each row's ``messages`` and ``tools`` with the tokenizer's chat template and take the
+   ``{% generation %}`` spans as the mask (``return_assistant_tokens_mask``): 1 on what the
+   assistant wrote (reasoning, text, calls, the closing ``<|im_end|>``), 0 on the system
+   prompt, the tool list, user turns and tool results; the model is never trained to
+   produce a tool's output;
+2) keep the start of a sequence longer than ``max_len`` (counted in :class:`DataStats`); a row
+   with no assistant token left is skipped;
+3) pack: best-fit decreasing of whole sequences into rows of ``max_len`` tokens. Positions
+   restart at 0 in each sequence, and the model is given ``position_ids`` and no attention
+   mask, so transformers builds a block-diagonal causal mask: a token never attends to
+   another sequence of the same row. Unpacked, a batch is right-padded (with causal attention a
+   real token never sees the padding on its right, so no mask is needed either);
+4) batches: ``input_ids``, ``position_ids`` and ``labels`` (-100 where the mask is 0, on each
+   sequence's first token and on padding), each ``(B, T)``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.schema import Trajectory
+from .template import row_messages
+
+__all__ = [
+    "IGNORE_INDEX",
+    "Batch",
+    "DataStats",
+    "Example",
+    "batches",
+    "pack",
+    "tokenize_row",
+    "tokenize_rows",
+]
+
+IGNORE_INDEX = -100  # the label of a token that carries no loss
+
+
+@dataclass
+class Example:
+    """One tokenized conversation: ids and the assistant mask (1 = loss on this token)."""
+
+    input_ids: list[int]
+    mask: list[int]
+    row_id: str = ""
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass
+class DataStats:
+    rows: int = 0
+    examples: int = 0
+    skipped_no_assistant: int = 0
+    truncated: int = 0
+    tokens: int = 0
+    loss_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Batch:
+    """Step 4: one micro-batch as python lists (tensors are made by the trainer)."""
+
+    input_ids: list[list[int]]  # (B, T)
+    position_ids: list[list[int]]  # (B, T)
+    labels: list[list[int]]  # (B, T)
+    real_tokens: int = 0  # tokens that are not padding
+    sequences: int = 0  # conversations in the batch
+    row_ids: list[str] = field(default_factory=list)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.input_ids), len(self.input_ids[0]) if self.input_ids else 0
+
+    @property
+    def loss_tokens(self) -> int:
+        """Tokens with a loss: labels shifted by one, as the trainer counts them."""
+        return sum(1 for row in self.labels for x in row[1:] if x != IGNORE_INDEX)
+
+
+def tokenize_row(tokenizer: Any, row: Trajectory, *, reasoning: bool = True) -> Example:
+    """Step 1 for one row."""
+    enc = tokenizer.apply_chat_template(
+        row_messages(row, reasoning=reasoning),
+        tools=row.tools or None,
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
+    )
+    return Example(list(enc["input_ids"]), list(enc["assistant_masks"]), row.id)
+
+
+def tokenize_rows(
+    tokenizer: Any, rows: Iterable[Trajectory], *, max_len: int, reasoning: bool = True
+) -> tuple[list[Example], DataStats]:
+    """Steps 1-2 for every row with at least one assistant message."""
+    stats = DataStats()
+    out: list[Example] = []
+    for row in rows:
+        stats.rows += 1
+        if not any(m.role == "assistant" for m in row.messages):
+            stats.skipped_no_assistant += 1
+            continue
+        ex = tokenize_row(tokenizer, row, reasoning=reasoning)
+        if len(ex) > max_len:
+            stats.truncated += 1
+            ex = Example(ex.input_ids[:max_len], ex.mask[:max_len], ex.row_id)
+        if not any(ex.mask[1:]):
+            stats.skipped_no_assistant += 1
+            continue
+        stats.examples += 1
+        stats.tokens += len(ex)
+        stats.loss_tokens += sum(ex.mask[1:])
+        out.append(ex)
+    return out, stats
+
+
+def pack(examples: Sequence[Example], max_len: int) -> list[list[Example]]:
+    """Step 3: best-fit decreasing; each bin holds whole examples, at most ``max_len`` tokens.
+
+    >>> bins = pack([Example([1] * n, [1] * n) for n in (6, 5, 4, 3, 2)], max_len=10)
+    >>> [[len(e) for e in b] for b in bins]
+    [[6, 4], [5, 3, 2]]
+    """
+    import bisect
+
+    order = sorted(range(len(examples)), key=lambda i: -len(examples[i]))
+    bins: list[list[Example]] = []
+    free: list[tuple[int, int]] = []  # (free space, bin index), sorted
+    for i in order:
+        n = len(examples[i])
+        k = bisect.bisect_left(free, (n, -1))
+        if k < len(free):
+            space, b = free.pop(k)
+            bins[b].append(examples[i])
+            bisect.insort(free, (space - n, b))
+        else:
+            bins.append([examples[i]])
+            bisect.insort(free, (max_len - n, len(bins) - 1))
+    return bins
+
+
+def _row(seqs: list[Example], width: int, pad_id: int) -> tuple[list[int], list[int], list[int]]:
+    ids: list[int] = []
+    pos: list[int] = []
+    labels: list[int] = []
+    for ex in seqs:
+        ids += ex.input_ids
+        pos += range(len(ex))
+        lab = [t if m else IGNORE_INDEX for t, m in zip(ex.input_ids, ex.mask, strict=True)]
+        lab[0] = IGNORE_INDEX  # never predict a sequence's first token from the previous one
+        labels += lab
+    n_pad = width - len(ids)
+    ids += [pad_id] * n_pad
+    pos += range(n_pad)
+    labels += [IGNORE_INDEX] * n_pad
+    return ids, pos, labels
+
+
+def batches(
+    examples: Sequence[Example],
+    *,
+    batch_size: int,
+    max_len: int,
+    pack_sequences: bool,
+    pad_id: int,
+    seed: int,
+) -> list[Batch]:
+    """Steps 3-4: the micro-batches of one epoch, in a seeded random order."""
+    groups = pack(examples, max_len) if pack_sequences else [[e] for e in examples]
+    rng = random.Random(seed)
+    rng.shuffle(groups)
+    out = []
+    for start in range(0, len(groups), batch_size):
+        chunk = groups[start : start + batch_size]
+        width = max(sum(len(e) for e in g) for g in chunk)
+        rows = [_row(g, width, pad_id) for g in chunk]
+        out.append(
+            Batch(
+                input_ids=[r[0] for r in rows],
+                position_ids=[r[1] for r in rows],
+                labels=[r[2] for r in rows],
+                real_tokens=sum(len(e) for g in chunk for e in g),
+                sequences=sum(len(g) for g in chunk),
+                row_ids=[e.row_id for g in chunk for e in g],
+            )
+        )
+    return out

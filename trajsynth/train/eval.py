@@ -1,0 +1,247 @@
+"""Evaluation: a model's episodes on held-out tasks, scored by the shared verifiers, per
+capability and overall. GRPO's reward and LoopTool's GCP probe use the same scoring code.
+
+Scoring one episode (:func:`score_episode`) against its task's ground truth:
+
+1) align steps: the gold steps are, turn by turn, a text step for a ``clarify`` turn's
+   question, the turn's call steps, then a text step (the answer); the predicted steps are the
+   episode's assistant messages (calls, or text when a message has no call);
+2) ``call_match`` (BFCL AST semantics, :func:`~trajsynth.envs.verifiers.match_parallel`):
+   as many steps as the gold, each gold call step matched by the predicted step at the same
+   position (order-insensitive within a step, acceptable values, optional parameters), each
+   text step answered by text;
+3) ``exact_match``: LoopTool's binary reward (:func:`~trajsynth.envs.verifiers.
+   exact_multiset_reward`) at every aligned step, 1 only when every step scores 1 and the
+   step counts agree;
+4) ``state_match``: tau-bench final state (the episode's calls replayed on a fresh
+   environment reach the gold state hash) and ``outputs_match``: required outputs in the final
+   answer (:mod:`~trajsynth.envs.verifiers.final_state`);
+5) ``call_accuracy``: the share of gold call steps matched at their position.
+
+:func:`evaluate` rolls the policy out (greedy by default) on every task and aggregates the
+scores overall and per capability tag; for a local model it adds each episode's mean
+log-probability of its generated tokens and the perplexity, which GCP ranks samples by.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..core.schema import Message, ToolCall, Trajectory
+from ..core.task import GoldCall, GroundTruth
+from .rollout import Episode, Policy, RolloutConfig, rollout
+
+__all__ = [
+    "METRICS",
+    "EvalReport",
+    "RewardConfig",
+    "episode_reward",
+    "evaluate",
+    "gold_steps",
+    "predicted_steps",
+    "score_episode",
+]
+
+#: the per-episode scores that are aggregated
+METRICS = ("call_match", "exact_match", "state_match", "outputs_match", "call_accuracy")
+
+Step = list[GoldCall] | None  # None: a text step
+PredStep = list[ToolCall] | None
+
+
+def gold_steps(gt: GroundTruth) -> list[Step]:
+    """Step 1, the gold side."""
+    steps: list[Step] = []
+    for turn in gt.turns:
+        if turn.kind == "clarify" and turn.clarification:
+            steps.append(None)
+        steps.extend(list(s) for s in turn.steps)
+        steps.append(None)
+    return steps
+
+
+def predicted_steps(messages: Sequence[Message]) -> list[PredStep]:
+    """Step 1, the predicted side."""
+    return [list(m.tool_calls) or None for m in messages if m.role == "assistant"]
+
+
+def score_episode(
+    row: Trajectory,
+    messages: Sequence[Message],
+    make_env: Callable[[Trajectory], Any] | None = None,
+) -> dict[str, float]:
+    """Steps 1-5 for one episode; ``make_env`` enables the final-state check."""
+    from ..envs.verifiers import exact_multiset_reward, match_parallel, required_outputs_present
+
+    gt = GroundTruth.from_json(row.ground_truth)
+    if gt is None:
+        raise ValueError(f"task {row.task_id} has no ground truth")
+    gold = gold_steps(gt)
+    pred = predicted_steps(messages)
+    tools = row.tools or None
+    # 2) BFCL call match, step by step; 5) the share of call steps matched
+    call_steps = matched = 0
+    step_ok = []
+    for i, g in enumerate(gold):
+        p = pred[i] if i < len(pred) else None
+        if g is None:
+            ok = i < len(pred) and p is None
+        else:
+            call_steps += 1
+            ok = p is not None and bool(match_parallel(p, g, tools))
+            matched += ok
+        step_ok.append(ok)
+    call_match = len(pred) == len(gold) and all(step_ok)
+    # 3) LoopTool exact multiset, step by step
+    exact = len(pred) == len(gold) and all(
+        exact_multiset_reward(p if p is not None else "text", g if g is not None else "text") == 1.0
+        for p, g in zip(pred, gold, strict=False)
+    )
+    scores = {
+        "call_match": float(call_match),
+        "exact_match": float(exact),
+        "call_accuracy": matched / call_steps if call_steps else float(call_match),
+    }
+    # 4) final state and required outputs
+    answer = next(
+        (m.content for m in reversed(messages) if m.role == "assistant" and not m.tool_calls),
+        None,
+    )
+    scores["outputs_match"] = float(required_outputs_present(answer, gt.required_outputs)[0])
+    if make_env is not None:
+        from ..envs.verifiers import final_state_match
+
+        calls = [c for m in messages if m.role == "assistant" for c in m.tool_calls]
+        state = final_state_match(calls, gt, lambda: make_env(row), use_cached=True)
+        scores["state_match"] = float(state.ok)
+    return scores
+
+
+class RewardConfig(BaseModel):
+    """The GRPO reward (METHODS.md §1 and §11)."""
+
+    kind: Literal["exact_match", "call_match", "state_match"] = Field(
+        default="exact_match",
+        description="exact_match: LoopTool's binary reward (every step's calls equal the "
+        "gold as a multiset); call_match: BFCL AST matching; state_match: tau-bench final "
+        "state plus required outputs.",
+    )
+    efficiency: float = Field(
+        default=0.0, ge=0, description="λ_eff: R −= λ_eff · turns / max_turns (0: off)."
+    )
+    format: float = Field(
+        default=0.0, ge=0, description="λ_format: R −= λ_format when a turn had a format error."
+    )
+
+
+def episode_reward(
+    ep: Episode, scores: dict[str, float], cfg: RewardConfig, max_turns: int
+) -> float:
+    """R = R_task − λ_eff · turns / max_turns − λ_format · 1(format error)."""
+    if cfg.kind == "state_match":
+        task = scores.get("state_match", 0.0) * scores.get("outputs_match", 0.0)
+    else:
+        task = scores[cfg.kind]
+    penalty = cfg.efficiency * ep.steps / max_turns
+    if ep.format_errors or ep.truncated or ep.error:
+        penalty += cfg.format
+    return task - penalty
+
+
+class EvalReport(BaseModel):
+    """Scores overall and per capability (each a mean over the tasks carrying the tag)."""
+
+    tasks: int
+    overall: dict[str, float]
+    by_capability: dict[str, dict[str, float]]
+    by_domain: dict[str, dict[str, float]]
+    counts: dict[str, int] = Field(default_factory=dict, description="Tasks per capability.")
+    episodes: list[dict[str, Any]] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _mean(rows: list[dict[str, float]], key: str) -> float:
+    values = [r[key] for r in rows if key in r]
+    return sum(values) / len(values) if values else 0.0
+
+
+def _aggregate(rows: list[dict[str, float]]) -> dict[str, float]:
+    keys = [k for k in (*METRICS, "mean_logprob", "perplexity", "steps", "format_errors")]
+    return {k: _mean(rows, k) for k in keys if any(k in r for r in rows)}
+
+
+def _generated_logprobs(policy: Any, episodes: list[Episode]) -> None:
+    """Mean log-probability of each episode's generated tokens under the policy's model."""
+    import torch
+
+    from .modeling import selected_logprobs
+
+    model = policy.model
+    for ep in episodes:
+        if not any(ep.mask):
+            continue
+        ids = torch.tensor([ep.token_ids], device=policy.device)
+        mask = torch.tensor([ep.mask], device=policy.device)
+        with torch.no_grad():
+            lp = selected_logprobs(model, ids, None, mask)
+        mean = float(lp.mean()) if lp.numel() else 0.0
+        ep.scores["mean_logprob"] = mean
+        ep.scores["perplexity"] = math.exp(-mean)
+
+
+def evaluate(
+    rows: Sequence[Trajectory],
+    policy: Policy,
+    make_env: Callable[[Trajectory], Any],
+    cfg: RolloutConfig | None = None,
+    *,
+    seed: int = 0,
+    keep_episodes: bool = True,
+    logprobs: bool = True,
+) -> EvalReport:
+    """Roll ``policy`` out once on every task (greedy unless ``cfg`` says otherwise) and score
+    each episode (module docstring)."""
+    import asyncio
+    import time
+
+    cfg = cfg or RolloutConfig(temperature=0.0)
+    t0 = time.perf_counter()
+    episodes = asyncio.run(rollout(rows, policy, make_env, cfg, samples=1, seed=seed))
+    for ep in episodes:
+        ep.scores.update(score_episode(ep.row, ep.messages, make_env))
+        ep.scores["steps"] = float(ep.steps)
+        ep.scores["format_errors"] = float(len(ep.format_errors))
+        ep.success = bool(ep.scores["call_match"])
+    if logprobs and getattr(policy, "token_level", False):
+        _generated_logprobs(policy, episodes)
+    per_cap: dict[str, list[dict[str, float]]] = defaultdict(list)
+    per_domain: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for ep in episodes:
+        for cap in ep.row.capabilities or ["untagged"]:
+            per_cap[cap].append(ep.scores)
+        per_domain[ep.row.domain or "?"].append(ep.scores)
+    report = EvalReport(
+        tasks=len(episodes),
+        overall=_aggregate([ep.scores for ep in episodes]),
+        by_capability={c: _aggregate(v) for c, v in sorted(per_cap.items())},
+        by_domain={d: _aggregate(v) for d, v in sorted(per_domain.items())},
+        counts={c: len(v) for c, v in sorted(per_cap.items())},
+        seconds=time.perf_counter() - t0,
+    )
+    if keep_episodes:
+        report.episodes = [
+            {
+                "task_id": ep.row.task_id,
+                "capabilities": ep.row.capabilities,
+                "scores": ep.scores,
+                "messages": [m.model_dump(exclude_defaults=True) for m in ep.messages],
+                "error": ep.error,
+            }
+            for ep in episodes
+        ]
+    return report

@@ -1,0 +1,367 @@
+"""GRPO on multi-turn tool-use episodes, with optional GiGPO step advantages.
+
+GRPO: Shao et al. 2024, "DeepSeekMath" (arXiv 2402.03300, §4.1). GiGPO: Feng et al. 2025,
+"Group-in-Group Policy Optimization for LLM Agent Training" (arXiv 2505.10978). Settings
+follow LoopTool's verl run (METHODS.md §1): G rollouts per task, binary exact-match reward,
+clip 0.2 / 0.28, no KL.
+
+Each iteration:
+
+1) take the next ``tasks_per_step`` task rows (a seeded shuffle of all tasks, epoch after
+   epoch) and play ``group_size`` (G) episodes of each against the real environments,
+   concurrently, sampling at ``rollout.temperature`` (:mod:`.rollout`; token ids as generated);
+2) score every episode with the shared verifiers (:mod:`.eval`): by default LoopTool's binary
+   exact-match reward; the efficiency and format terms of METHODS.md §11 are configurable
+   (:class:`~trajsynth.train.eval.RewardConfig`). The reward is given at the last step
+   (sparse), so a step's discounted return is γ^{T−1−t}·R;
+3) advantages per group of G (:mod:`.advantages`): GRPO's (r − mean)/std, or GiGPO's episode
+   advantage + ω × the step advantage within groups of identical environment-state hashes.
+   A group with no signal (all rewards equal) is dropped;
+4) every generated token gets its turn's advantage; prompt, user and tool tokens get loss mask
+   0 (the model is never trained on tool output). Old log-probabilities come from the current
+   model before the update (on-policy), reference ones from the frozen start model when
+   ``beta`` > 0;
+5) ``ppo_epochs`` passes over ``minibatches`` minibatches: clipped surrogate (ε_low, ε_high)
+   + β·KL (k3), aggregated per token or per sequence (:mod:`.losses`), gradient clipping,
+   AdamW;
+6) log reward, success, calls per episode, format errors, advantage statistics, the clipped
+   share and KL; checkpoint every ``save_every`` iterations; save the final model folder.
+
+Deviations from LoopTool's run: episodes are multi-turn against live environments (LoopTool
+scores single steps against a gold history); the reward of an episode is 1 when every step
+matches (LoopTool: one step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..core.config import StrictModel
+from ..core.errors import ConfigError, DataError
+from ..core.ids import stable_hash
+from ..core.schema import Trajectory
+from . import checkpoint
+from .advantages import AdvantageStats, gigpo_advantages, group_advantages
+from .eval import RewardConfig, episode_reward, score_episode
+from .losses import aggregate, clipped_surrogate, kl_k3
+from .modeling import autocast, load_student, resolve_device, resolve_dtype, selected_logprobs
+from .progress import NullProgress, Progress
+from .rollout import Episode, LocalPolicy, RolloutConfig, rollout
+
+__all__ = ["PAPER", "GRPOConfig", "GRPOResult", "train_grpo"]
+
+PAPER = {
+    "title": "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models",
+    "arxiv": "2402.03300",
+    "citation": "Shao et al. 2024",
+}
+STATE_FILE = "trajsynth_grpo.json"
+
+
+class GRPOConfig(StrictModel):
+    """Settings of one GRPO run (the ``trajsynth train-grpo`` options)."""
+
+    model: str = Field(description="The starting checkpoint: a transformers model folder.")
+    iterations: int = Field(default=20, ge=1, description="Policy updates (rollout batches).")
+    tasks_per_step: int = Field(default=8, ge=1, description="Tasks per rollout batch.")
+    group_size: int = Field(
+        default=8, ge=2, description="G: episodes per task (LoopTool uses n=16)."
+    )
+    lr: float = Field(default=1e-6, gt=0, description="Learning rate (LoopTool: 1e-6).")
+    clip_low: float = Field(default=0.2, ge=0, description="ε_low (LoopTool/DAPO: 0.2).")
+    clip_high: float = Field(default=0.28, ge=0, description="ε_high (LoopTool/DAPO: 0.28).")
+    beta: float = Field(
+        default=0.0, ge=0, description="KL weight β (LoopTool and DAPO: 0; DeepSeek-R1: 0.001)."
+    )
+    loss_agg: Literal["token_mean", "seq_mean"] = Field(
+        default="token_mean",
+        description="token_mean: DAPO's token-level mean; seq_mean: the original GRPO.",
+    )
+    advantage: Literal["grpo", "gigpo"] = Field(
+        default="grpo", description="grpo: episode advantages; gigpo: + step advantages."
+    )
+    scale_advantages: bool = Field(
+        default=True, description="Divide by the group std (False: Dr. GRPO's r − mean)."
+    )
+    omega: float = Field(default=1.0, ge=0, description="GiGPO ω (paper: 1).")
+    gamma: float = Field(default=0.95, ge=0, le=1, description="GiGPO γ (paper: 0.95).")
+    ppo_epochs: int = Field(default=1, ge=1, description="Passes over each rollout batch.")
+    minibatches: int = Field(default=1, ge=1, description="Optimizer steps per pass.")
+    micro_batch: int = Field(default=16, ge=1, description="Sequences per forward pass.")
+    grad_clip: float = Field(default=1.0, gt=0, description="Gradient norm clip.")
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    max_observation_chars: int | None = Field(
+        default=16_000, description="Longest tool output shown to the model."
+    )
+    device: str = Field(default="auto", description="auto, cpu, cuda, mps.")
+    precision: Literal["auto", "bf16", "fp32"] = Field(default="auto")
+    seed: int = Field(default=0, description="Seeds the task order and sampling.")
+    save_every: int = Field(default=0, ge=0, description="Checkpoint every N iterations.")
+    resume: bool = Field(default=True, description="Resume from OUT/checkpoint when present.")
+
+    def identity(self) -> str:
+        return stable_hash(self.model_dump(exclude={"device", "save_every", "resume"}))
+
+
+class GRPOResult(BaseModel):
+    out: str
+    iterations: int
+    history: list[dict[str, float]] = Field(description="Metrics of every iteration.")
+    seconds: float
+    resumed_from: int = 0
+
+
+# --------------------------------------------------------------------------------------
+# 1-3) rollouts, rewards, advantages
+# --------------------------------------------------------------------------------------
+
+
+def score_and_advantages(
+    episodes: list[Episode],
+    make_env: Callable[[Trajectory], Any],
+    cfg: GRPOConfig,
+    stats: AdvantageStats,
+) -> list[tuple[Episode, list[float]]]:
+    """Steps 2-3: (episode, advantage per assistant turn) for every episode of a group with
+    signal."""
+    groups: dict[str, list[Episode]] = defaultdict(list)
+    for ep in episodes:
+        scores = score_episode(ep.row, ep.messages, make_env)
+        ep.scores.update(scores)
+        ep.reward = episode_reward(ep, scores, cfg.reward, cfg.rollout.max_steps)
+        ep.success = scores[cfg.reward.kind if cfg.reward.kind != "state_match" else "call_match"]
+        ep.step_rewards = [0.0] * max(0, ep.steps - 1) + [ep.reward] if ep.steps else []
+        groups[ep.row.id].append(ep)
+    kept: list[tuple[Episode, list[float]]] = []
+    for group in groups.values():
+        rewards = [ep.reward for ep in group]
+        if cfg.advantage == "grpo":
+            adv = group_advantages(rewards, scale=cfg.scale_advantages)
+            stats.add(adv)
+            if adv is None:
+                continue  # no signal: filtered
+            kept += [(ep, [a] * ep.steps) for ep, a in zip(group, adv, strict=True)]
+        else:
+            steps = gigpo_advantages(
+                rewards,
+                [ep.step_rewards for ep in group],
+                [ep.step_states[: ep.steps] for ep in group],
+                omega=cfg.omega,
+                gamma=cfg.gamma,
+                scale=cfg.scale_advantages,
+            )
+            stats.add(None if steps is None else [a for s in steps for a in s])
+            if steps is None:
+                continue
+            kept += list(zip(group, steps, strict=True))
+    return kept
+
+
+def _token_batch(
+    items: Sequence[tuple[Episode, list[float]]], pad_id: int, device: str
+) -> dict[str, Any]:
+    """Step 4: right-padded (B, T) ids, loss mask and per-token advantages."""
+    import torch
+
+    width = max(len(ep.token_ids) for ep, _ in items)
+    ids = torch.full((len(items), width), pad_id, dtype=torch.long)  # (B, T)
+    mask = torch.zeros((len(items), width), dtype=torch.bool)  # (B, T)
+    adv = torch.zeros((len(items), width), dtype=torch.float32)  # (B, T)
+    for b, (ep, step_adv) in enumerate(items):
+        n = len(ep.token_ids)
+        ids[b, :n] = torch.tensor(ep.token_ids)
+        # generated tokens only: prompt, user and tool tokens carry no loss
+        mask[b, :n] = torch.tensor(ep.mask, dtype=torch.bool)
+        adv[b, :n] = torch.tensor(
+            [step_adv[s] if s >= 0 and s < len(step_adv) else 0.0 for s in ep.step_of_token]
+        )
+    keep = mask[:, 1:]  # positions whose next token is trained on
+    seq_index = torch.arange(len(items)).unsqueeze(1).expand_as(keep)[keep]  # (N,)
+    return {
+        "ids": ids.to(device),
+        "mask": mask.to(device),
+        "adv": adv[:, 1:][keep].to(device),  # (N,)
+        "seq_index": seq_index.to(device),
+        "n_seqs": len(items),
+    }
+
+
+def _logprobs(model: Any, batch: dict[str, Any], device: str, precision: str) -> Any:
+    with autocast(device, precision):
+        return selected_logprobs(model, batch["ids"], None, batch["mask"]).float()  # (N,)
+
+
+# --------------------------------------------------------------------------------------
+# the loop
+# --------------------------------------------------------------------------------------
+
+
+def train_grpo(
+    tasks: Sequence[Trajectory],
+    out: str | Path,
+    cfg: GRPOConfig,
+    *,
+    make_env: Callable[[Trajectory], Any] | None = None,
+    progress: Progress | None = None,
+) -> GRPOResult:
+    """Steps 1-6 of the module docstring."""
+    import torch
+
+    from .synth import env_maker
+
+    progress = progress or NullProgress()
+    out = Path(out)
+    tasks = [t for t in tasks if t.ground_truth is not None]
+    if not tasks:
+        raise DataError("no task rows with ground truth to train on")
+    make_env = make_env or env_maker(cfg.max_observation_chars)
+    device = resolve_device(cfg.device)
+    precision = resolve_dtype(cfg.precision, device)
+    if precision == "bf16" and device == "cpu":
+        raise ConfigError("bf16 autocast is for GPUs; use --precision fp32 on the CPU")
+    data_fp = stable_hash([t.id for t in tasks])
+    state = checkpoint.load_state(out, cfg.identity(), data_fp, resume=cfg.resume)
+    start = out / checkpoint.CHECKPOINT if state is not None else Path(cfg.model)
+    model, tokenizer = load_student(start, device)
+    ref_model = None
+    if cfg.beta > 0:  # the frozen start model (the original, also when resuming)
+        ref_model = load_student(cfg.model, device)[0] if state else copy.deepcopy(model)
+        ref_model.eval().requires_grad_(False)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0
+    )
+    first = 0
+    history: list[dict[str, float]] = []
+    if state is not None:
+        checkpoint.load_optimizer(out, optimizer, device)
+        first = int(state["step"])
+        history = list(state.get("history", []))
+        progress.note(f"resuming from iteration {first} of {cfg.iterations}")
+    policy = LocalPolicy(model, tokenizer, device=device, precision=precision)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    # 1) the task stream: a seeded shuffle per epoch
+    def task_batch(it: int) -> list[Trajectory]:
+        per_epoch = max(1, len(tasks) // cfg.tasks_per_step)
+        epoch, k = divmod(it, per_epoch)
+        order = list(range(len(tasks)))
+        random.Random(cfg.seed * 1000003 + epoch).shuffle(order)
+        picked = order[k * cfg.tasks_per_step : (k + 1) * cfg.tasks_per_step]
+        return [tasks[i] for i in picked]
+
+    progress.start(cfg.iterations, "grpo", done=first)
+    t_start = time.perf_counter()
+    for it in range(first, cfg.iterations):
+        t0 = time.perf_counter()
+        rows = task_batch(it)
+        model.eval()
+        episodes = asyncio.run(
+            rollout(rows, policy, make_env, cfg.rollout, samples=cfg.group_size, seed=cfg.seed + it)
+        )
+        t_rollout = time.perf_counter() - t0
+        # 2-3) rewards and advantages
+        stats = AdvantageStats()
+        kept = score_and_advantages(episodes, make_env, cfg, stats)
+        kept = [(ep, a) for ep, a in kept if any(ep.mask)]
+        metrics: dict[str, float] = {
+            "reward": sum(ep.reward for ep in episodes) / len(episodes),
+            "success": sum(float(ep.success) for ep in episodes) / len(episodes),
+            "calls_per_episode": sum(ep.calls for ep in episodes) / len(episodes),
+            "steps_per_episode": sum(ep.steps for ep in episodes) / len(episodes),
+            "format_errors": sum(len(ep.format_errors) for ep in episodes) / len(episodes),
+            "truncated": sum(float(ep.truncated) for ep in episodes) / len(episodes),
+            "episodes_trained": float(len(kept)),
+            "generated_tokens": float(sum(sum(ep.mask) for ep in episodes)),
+            "rollout_s": t_rollout,
+            **stats.summary(),
+        }
+        # 4-5) the policy update
+        clip_frac = kl_sum = loss_sum = 0.0
+        updates = 0
+        model.train()
+        if kept:
+            order = list(range(len(kept)))
+            batches = [
+                _token_batch([kept[i] for i in order[s : s + cfg.micro_batch]], pad_id, device)
+                for s in range(0, len(order), cfg.micro_batch)
+            ]
+            with torch.no_grad():
+                for b in batches:
+                    b["old"] = _logprobs(model, b, device, precision)  # π_old, (N,)
+                    if ref_model is not None:
+                        b["ref"] = _logprobs(ref_model, b, device, precision)  # π_ref, (N,)
+            per_mb = math.ceil(len(batches) / cfg.minibatches)
+            for _ in range(cfg.ppo_epochs):
+                for m in range(0, len(batches), per_mb):
+                    group = batches[m : m + per_mb]
+                    tokens = sum(int(b["adv"].numel()) for b in group)
+                    seqs = sum(b["n_seqs"] for b in group)
+                    for b in group:
+                        logp = _logprobs(model, b, device, precision)  # π_θ, (N,)
+                        pg, clipped = clipped_surrogate(
+                            logp, b["old"], b["adv"], cfg.clip_low, cfg.clip_high
+                        )
+                        per_token = pg
+                        if ref_model is not None:
+                            kl = kl_k3(logp, b["ref"])
+                            per_token = pg + cfg.beta * kl
+                            kl_sum += float(kl.detach().sum())
+                        # the minibatch's loss = its token (or sequence) mean, summed over
+                        # micro-batches so that splitting does not change the gradient
+                        if cfg.loss_agg == "token_mean":
+                            loss = per_token.sum() / max(1, tokens)
+                        else:
+                            loss = aggregate(per_token, b["seq_index"], b["n_seqs"], "seq_mean") * (
+                                b["n_seqs"] / seqs
+                            )
+                        loss.backward()
+                        loss_sum += float(loss.detach())
+                        clip_frac += float(clipped.float().sum())
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    updates += 1
+            trained_tokens = sum(int(b["adv"].numel()) for b in batches) * cfg.ppo_epochs
+            metrics["clip_frac"] = clip_frac / max(1, trained_tokens)
+            metrics["kl"] = kl_sum / max(1, trained_tokens)
+            metrics["loss"] = loss_sum / max(1, updates)
+        metrics["updates"] = float(updates)
+        metrics["iteration_s"] = time.perf_counter() - t0
+        history.append(metrics)
+        progress.update(it + 1, metrics)
+        # 6) checkpoint
+        if cfg.save_every and (it + 1) % cfg.save_every == 0 and it + 1 < cfg.iterations:
+            checkpoint.save_checkpoint(
+                out,
+                model,
+                tokenizer,
+                optimizer,
+                {"step": it + 1, "config": cfg.identity(), "data": data_fp, "history": history},
+            )
+    progress.close()
+    model.eval()
+    checkpoint.save_model(out, model, tokenizer)
+    result = GRPOResult(
+        out=str(out),
+        iterations=cfg.iterations,
+        history=history,
+        seconds=time.perf_counter() - t_start,
+        resumed_from=first,
+    )
+    (out / STATE_FILE).write_text(
+        json.dumps({"config": cfg.model_dump(mode="json"), "result": result.model_dump()}, indent=2)
+    )
+    checkpoint.finish(out)
+    return result

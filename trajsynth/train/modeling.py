@@ -1,0 +1,128 @@
+"""Model plumbing shared by SFT, GRPO and eval: device and precision, loading a student, and
+per-token log-probabilities computed only where they are needed.
+
+- device ``auto``: CUDA, else Apple MPS, else CPU; precision ``auto``: bf16 autocast on CUDA
+  (weights and optimizer state stay fp32), fp32 elsewhere;
+- :func:`load_student` opens a transformers folder (ours or any causal LM) and makes sure its
+  chat template has ``{% generation %}`` markers, borrowing TRL's training template for known
+  families when it does not;
+- :func:`selected_logprobs` runs the decoder once and applies the LM head only at the positions
+  whose next token is trained on. With a loss on assistant tokens only (typically a fifth to a
+  third of a tool-use conversation), this skips most of the (T × vocabulary) logits that a
+  plain ``model(input_ids, labels=...)`` computes and then throws away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Literal
+
+from ..core.errors import ConfigError
+
+__all__ = [
+    "autocast",
+    "load_student",
+    "resolve_device",
+    "resolve_dtype",
+    "selected_logprobs",
+]
+
+Precision = Literal["auto", "bf16", "fp32"]
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto`` → ``cuda`` / ``mps`` / ``cpu`` (whichever is present, in that order)."""
+    import torch
+
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def resolve_dtype(precision: Precision, device: str) -> str:
+    """``auto`` → ``bf16`` on CUDA (autocast), ``fp32`` elsewhere."""
+    if precision != "auto":
+        return precision
+    return "bf16" if device.startswith("cuda") else "fp32"
+
+
+def autocast(device: str, precision: str) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast for the forward pass, or nothing for fp32."""
+    import torch
+
+    if precision == "bf16":
+        return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def has_generation_markers(template: str | None) -> bool:
+    import re
+
+    return bool(template) and re.search(r"\{%-?\s*generation\s*-?%\}", template or "") is not None
+
+
+def load_student(path: str | Path, device: str = "cpu") -> tuple[Any, Any]:
+    """(model, tokenizer) from a transformers folder; raises :class:`ConfigError` when the
+    folder cannot be loaded or its chat template cannot mark assistant tokens."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"{path} is not a model folder (no config.json)",
+            hint="pass --model tiny, or a folder written by `trajsynth train-sft`",
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot load the model in {path}: {exc}") from exc
+    if not has_generation_markers(getattr(tokenizer, "chat_template", None)):
+        try:
+            from trl.chat_template_utils import get_training_chat_template
+
+            tokenizer.chat_template = get_training_chat_template(tokenizer)
+        except Exception as exc:
+            raise ConfigError(
+                f"the chat template of {path} has no {{% generation %}} markers, so assistant "
+                "tokens cannot be told apart",
+                hint="train from --model tiny, or add generation markers to the template",
+            ) from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device)
+    return model, tokenizer
+
+
+def selected_logprobs(model: Any, input_ids: Any, position_ids: Any, select: Any) -> Any:
+    """log p(input_ids[:, t+1] | input_ids[:, :t+1]) at every t where ``select[:, t+1]``.
+
+    ``input_ids``, ``position_ids``, ``select``: (B, T). Returns a flat (N,) tensor in row-major
+    order of the selected positions, N = select[:, 1:].sum(). The LM head runs only on those N
+    positions (module docstring).
+    """
+    import torch
+
+    targets = input_ids[:, 1:]  # (B, T-1)
+    keep = select[:, 1:].bool()  # (B, T-1)
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    head = model.get_output_embeddings()
+    if decoder is not None and head is not None and not _has_softcap(model):
+        hidden = decoder(input_ids=input_ids, position_ids=position_ids).last_hidden_state
+        h = hidden[:, :-1][keep]  # (N, d)
+        logits = head(h).float()  # (N, V)
+    else:  # any other causal LM: full logits, then select
+        out = model(input_ids=input_ids, position_ids=position_ids)
+        logits = out.logits[:, :-1][keep].float()  # (N, V)
+    # -cross_entropy is log_softmax + gather, fused (one pass over the N × V logits)
+    return -torch.nn.functional.cross_entropy(logits, targets[keep], reduction="none")  # (N,)
+
+
+def _has_softcap(model: Any) -> bool:
+    cfg = getattr(model, "config", None)
+    return bool(getattr(cfg, "final_logit_softcapping", None))

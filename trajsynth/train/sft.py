@@ -1,0 +1,322 @@
+"""Supervised fine-tuning on trajectories, with the loss on assistant tokens only.
+
+A compact loop of our own, not TRL's ``SFTTrainer``: ``bench/sft.py`` runs both on the same
+tiny model, data and settings in one process and prints tokens/s for each (the issue's rule:
+the benchmark decides). Ours computes the LM head only at the trained positions
+(:func:`~trajsynth.train.modeling.selected_logprobs`) and packs whole conversations with
+best-fit decreasing; TRL's mask comes from the same ``{% generation %}`` markers.
+
+1) the student: ``model="tiny"`` trains a tokenizer on the data and builds a fresh model
+   (:mod:`.tiny`); a path loads a transformers folder (:mod:`.modeling`);
+2) tokenize every row with the chat template and its assistant mask, then pack (:mod:`.data`):
+   tool results, user turns and the system prompt carry no loss;
+3) each optimizer step takes ``grad_accum`` micro-batches; the loss is the sum of −log p over
+   the masked-in tokens of all of them divided by their total count, so one micro-batch of 8
+   and eight of 1 give the same gradient; bf16 autocast on CUDA, fp32 on CPU;
+4) clip the gradient norm, AdamW step, learning rate with linear warmup then cosine decay to
+   ``min_lr_ratio`` × lr;
+5) report loss, learning rate and tokens/s; every ``save_every`` steps write a checkpoint
+   (model, tokenizer, optimizer, step) into ``OUT/checkpoint`` by atomic rename, so the same
+   command run again resumes where it stopped;
+6) save the final model and tokenizer as a transformers folder in ``OUT``, with
+   ``trajsynth_sft.json`` (config, data and result summary).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..core.config import StrictModel
+from ..core.errors import ConfigError, DataError
+from ..core.ids import stable_hash
+from ..core.schema import Trajectory
+from . import checkpoint
+from .data import IGNORE_INDEX, Batch, DataStats, batches, tokenize_rows
+from .modeling import autocast, load_student, resolve_device, resolve_dtype, selected_logprobs
+from .progress import NullProgress, Progress
+from .tiny import TinyConfig, new_student
+
+__all__ = ["SFTConfig", "SFTResult", "accumulate_gradients", "masked_nll", "train_sft"]
+
+STATE_FILE = "trajsynth_sft.json"
+
+
+class SFTConfig(StrictModel):
+    """Settings of one SFT run (the ``trajsynth train-sft`` options)."""
+
+    model: str = Field(
+        default="tiny",
+        description="`tiny` (a tokenizer trained on the data + a fresh tiny model) or a path "
+        "to a transformers model folder.",
+    )
+    tiny: TinyConfig = Field(default_factory=TinyConfig, description="Size of the tiny model.")
+    epochs: float = Field(default=3.0, gt=0, description="Passes over the data.")
+    max_steps: int | None = Field(
+        default=None, ge=1, description="Stop after this many optimizer steps (overrides epochs)."
+    )
+    lr: float | None = Field(
+        default=None,
+        gt=0,
+        description="Peak learning rate; default 3e-3 for the tiny model, 2e-5 for a "
+        "pretrained one.",
+    )
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1, description="Final lr / peak lr.")
+    warmup_ratio: float = Field(default=0.05, ge=0, lt=1, description="Share of warmup steps.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    grad_clip: float = Field(default=1.0, gt=0, description="Gradient norm clip.")
+    batch_size: int = Field(default=8, ge=1, description="Rows per micro-batch.")
+    grad_accum: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
+    max_len: int = Field(
+        default=1024, ge=16, description="Tokens per row (packed) or per sequence (truncated)."
+    )
+    pack: bool = Field(default=True, description="Pack whole conversations into rows.")
+    reasoning: bool = Field(default=True, description="Train on the assistant's reasoning too.")
+    device: str = Field(default="auto", description="auto, cpu, cuda, cuda:1, mps.")
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        default="auto", description="auto: bf16 autocast on CUDA, fp32 elsewhere."
+    )
+    seed: int = Field(default=0, description="Seeds data order and the tiny model's weights.")
+    save_every: int = Field(
+        default=0, ge=0, description="Checkpoint every N steps (0: at each epoch's end only)."
+    )
+    resume: bool = Field(default=True, description="Resume from OUT/checkpoint when present.")
+    log_every: int = Field(default=1, ge=1, description="Report metrics every N steps.")
+
+    def peak_lr(self) -> float:
+        return self.lr if self.lr is not None else (3e-3 if self.model == "tiny" else 2e-5)
+
+    def identity(self) -> str:
+        """Hash of the settings that change the result (not where or how often it saves)."""
+        keep = self.model_dump(exclude={"device", "save_every", "resume", "log_every"})
+        return stable_hash(keep)
+
+
+class SFTResult(BaseModel):
+    out: str
+    steps: int
+    micro_batches: int
+    tokens: int = Field(description="Non-padding tokens trained on in this run.")
+    loss_tokens: int
+    seconds: float
+    tokens_per_s: float
+    first_loss: float | None
+    final_loss: float | None
+    packed_fill: float = Field(description="Non-padding share of the tokens fed to the model.")
+    resumed_from: int = 0
+    data: dict[str, int] = Field(default_factory=dict)
+    parameters: int = 0
+    device: str = "cpu"
+    precision: str = "fp32"
+
+
+def masked_nll(model: Any, batch: Batch, device: str, precision: str) -> tuple[Any, int]:
+    """(sum of −log p over the batch's labelled tokens, their count)."""
+    import torch
+
+    ids = torch.tensor(batch.input_ids, device=device)  # (B, T)
+    pos = torch.tensor(batch.position_ids, device=device)  # (B, T)
+    labels = torch.tensor(batch.labels, device=device)  # (B, T)
+    with autocast(device, precision):
+        logp = selected_logprobs(model, ids, pos, labels != IGNORE_INDEX)  # (N,)
+    return -logp.sum(), int(logp.numel())
+
+
+def accumulate_gradients(
+    model: Any, micro: Sequence[Batch], device: str, precision: str
+) -> tuple[float, int]:
+    """Step 3: backward over the micro-batches of one optimizer step, each loss divided by
+    the whole step's token count (so the split into micro-batches does not change the
+    gradient). Returns (summed loss, labelled tokens)."""
+    n_step = sum(b.loss_tokens for b in micro)  # labelled tokens of the whole step
+    total = 0.0
+    for b in micro:
+        nll, n = masked_nll(model, b, device, precision)
+        if n == 0:
+            continue
+        (nll / n_step).backward()
+        total += float(nll.detach())
+    return total, n_step
+
+
+def _lr_at(step: int, total: int, cfg: SFTConfig) -> float:
+    peak = cfg.peak_lr()
+    warmup = int(cfg.warmup_ratio * total)
+    # 1) linear warmup
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    # 2) cosine decay from peak to min_lr_ratio × peak
+    progress = (step - warmup) / max(1, total - warmup)
+    floor = cfg.min_lr_ratio * peak
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _data_fingerprint(rows: Sequence[Trajectory]) -> str:
+    return stable_hash([r.id for r in rows])
+
+
+def train_sft(
+    rows: Sequence[Trajectory],
+    out: str | Path,
+    cfg: SFTConfig | None = None,
+    progress: Progress | None = None,
+) -> SFTResult:
+    """Steps 1-6 of the module docstring; returns what the run did."""
+    import torch
+
+    cfg = cfg or SFTConfig()
+    progress = progress or NullProgress()
+    out = Path(out)
+    device = resolve_device(cfg.device)
+    precision = resolve_dtype(cfg.precision, device)
+    if precision == "bf16" and device == "cpu":
+        raise ConfigError("bf16 autocast is for GPUs; use --precision fp32 on the CPU")
+    if not rows:
+        raise DataError("no trajectories to train on")
+    data_fp = _data_fingerprint(rows)
+    resume = checkpoint.load_state(out, cfg.identity(), data_fp, resume=cfg.resume)
+
+    # 1) the student
+    if resume is not None:
+        model, tokenizer = load_student(out / checkpoint.CHECKPOINT, device)
+    elif cfg.model == "tiny":
+        model, tokenizer = new_student(rows, cfg.tiny.model_copy(update={"seed": cfg.seed}))
+        model.to(device)
+    else:
+        model, tokenizer = load_student(cfg.model, device)
+    torch.manual_seed(cfg.seed)
+
+    # 2) tokens, masks, packing
+    examples, stats = tokenize_rows(tokenizer, rows, max_len=cfg.max_len, reasoning=cfg.reasoning)
+    if not examples:
+        raise DataError(
+            f"none of the {len(rows)} rows has an assistant message to train on",
+            hint="train-sft needs trajectories (rows with messages), not task rows",
+        )
+    pad_id = tokenizer.pad_token_id
+
+    def epoch_batches(epoch: int) -> list[Batch]:
+        return batches(
+            examples,
+            batch_size=cfg.batch_size,
+            max_len=cfg.max_len,
+            pack_sequences=cfg.pack,
+            pad_id=pad_id,
+            seed=cfg.seed + epoch,
+        )
+
+    first = epoch_batches(0)
+    per_epoch = len(first)
+    total_micro = max(1, round(cfg.epochs * per_epoch))
+    total_steps = cfg.max_steps or math.ceil(total_micro / cfg.grad_accum)
+    total_micro = total_steps * cfg.grad_accum
+
+    # 3-4) optimizer
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=cfg.peak_lr(),
+        betas=(0.9, 0.95),
+        weight_decay=cfg.weight_decay,
+        fused=device.startswith("cuda"),
+    )
+    step = 0
+    if resume is not None:
+        checkpoint.load_optimizer(out, optimizer, device)
+        step = int(resume["step"])
+        progress.note(f"resuming from step {step} of {total_steps}")
+
+    model.train()
+    cache: dict[int, list[Batch]] = {0: first}
+
+    def micro_batch(m: int) -> Batch:
+        epoch, index = divmod(m, per_epoch)
+        if epoch not in cache:
+            cache.clear()
+            cache[epoch] = epoch_batches(epoch)
+        return cache[epoch][index]
+
+    progress.start(total_steps, "sft", done=step)
+    start_step = step
+    tokens = loss_tokens = fed = 0
+    first_loss: float | None = None
+    last_loss: float | None = None
+    t0 = time.perf_counter()
+    while step < total_steps:
+        lr = _lr_at(step, total_steps, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        micro = [micro_batch(step * cfg.grad_accum + k) for k in range(cfg.grad_accum)]
+        step_loss, n_step = accumulate_gradients(model, micro, device, precision)
+        tokens += sum(b.real_tokens for b in micro)
+        fed += sum(b.shape[0] * b.shape[1] for b in micro)
+        loss_tokens += n_step
+        # 4) clip, step
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        last_loss = step_loss / max(1, n_step)
+        if first_loss is None:
+            first_loss = last_loss
+        # 5) report, checkpoint
+        elapsed = time.perf_counter() - t0
+        if step % cfg.log_every == 0 or step == total_steps:
+            progress.update(
+                step,
+                {
+                    "loss": last_loss,
+                    "lr": lr,
+                    "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+                    "epoch": step * cfg.grad_accum / per_epoch,
+                },
+            )
+        at_epoch_end = (step * cfg.grad_accum) % per_epoch < cfg.grad_accum
+        if step < total_steps and (
+            (cfg.save_every and step % cfg.save_every == 0) or (not cfg.save_every and at_epoch_end)
+        ):
+            checkpoint.save_checkpoint(
+                out,
+                model,
+                tokenizer,
+                optimizer,
+                {"step": step, "config": cfg.identity(), "data": data_fp},
+            )
+    seconds = time.perf_counter() - t0
+    progress.close()
+
+    # 6) the final model folder
+    model.eval()
+    checkpoint.save_model(out, model, tokenizer)
+    result = SFTResult(
+        out=str(out),
+        steps=step,
+        micro_batches=step * cfg.grad_accum,
+        tokens=tokens,
+        loss_tokens=loss_tokens,
+        seconds=seconds,
+        tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+        first_loss=first_loss,
+        final_loss=last_loss,
+        packed_fill=tokens / fed if fed else 0.0,
+        resumed_from=start_step,
+        data=stats.as_dict(),
+        parameters=sum(p.numel() for p in model.parameters()),
+        device=device,
+        precision=precision,
+    )
+    (out / STATE_FILE).write_text(
+        json.dumps({"config": cfg.model_dump(mode="json"), "result": result.model_dump()}, indent=2)
+    )
+    checkpoint.finish(out)
+    return result
+
+
+def data_stats(rows: Sequence[Trajectory], tokenizer: Any, cfg: SFTConfig) -> DataStats:
+    """Token statistics of ``rows`` under ``cfg`` (for reports and benchmarks)."""
+    return tokenize_rows(tokenizer, rows, max_len=cfg.max_len, reasoning=cfg.reasoning)[1]
