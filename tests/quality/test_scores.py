@@ -170,3 +170,42 @@ def test_tool_messages_without_ids_are_matched_in_order() -> None:
     msgs[2]["tool_call_id"] = None
     assert completeness(msgs) == 1.0
     assert score_conversation(msgs, TOOLS, success=True)["effective_calls"] == 1.0
+
+
+def test_context_steps_are_not_format_errors() -> None:
+    """STeCa keeps a deviated (wrong) step as context: its calls are not format errors."""
+    from trajsynth.core import Message, ToolCall, Trajectory
+    from trajsynth.envs.verifiers import check_trajectory
+
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"x": {"type": "integer"}},
+                    "required": ["x"],
+                },
+            },
+        }
+    ]
+    msgs = [
+        Message(role="user", content="do f with x=1"),
+        Message(role="assistant", tool_calls=[ToolCall(id="a", name="f", arguments="{bad")]),
+        Message(role="tool", tool_call_id="a", name="f", content="error: bad arguments"),
+        Message(
+            role="assistant",
+            reasoning="the last call was malformed",
+            tool_calls=[ToolCall(id="b", name="f", arguments='{"x": 1}')],
+        ),
+        Message(role="tool", tool_call_id="b", name="f", content='{"ok": true}'),
+        Message(role="assistant", content="done: ok"),
+    ]
+    plain = Trajectory(id="p", task_id="t", tools=tools, messages=msgs)
+    calibrated = plain.derive(id="c", step_flags=[["deviated"], ["calibrated"], []])
+    assert check_trajectory(plain) and check_trajectory(calibrated) == []
+    assert calibrated.context_steps() == {0}
+    dumped = [m.model_dump() for m in msgs]
+    assert score_conversation(dumped, tools)["format_error"] == 1.0
+    assert score_conversation(dumped, tools, context_steps={0})["format_error"] == 0.0

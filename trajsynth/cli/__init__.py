@@ -40,6 +40,7 @@ COMMAND_MODULES = [
     "trajsynth.cli.imports",
     "trajsynth.cli.tools",
     "trajsynth.cli.serve",
+    "trajsynth.cli.arena",
     "trajsynth.cli.train",
 ]
 

@@ -176,10 +176,13 @@ def show(
 @app.command()
 def export(
     path: Annotated[Path, typer.Argument(help="Shard file, folder or glob.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="trl | jsonl | hf | dpo")] = "trl",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="trl | jsonl | hf | dpo | steca")
+    ] = "trl",
     out: Annotated[Path, typer.Option("--out", "-o", help="Destination file or folder.")] = ...,  # type: ignore[assignment]
 ) -> None:
-    """Export for training tools: TRL/HF chat datasets, DPO pairs, or full JSONL records."""
+    """Export for training tools: TRL/HF chat datasets, DPO pairs, STeCa records, or full JSONL
+    records."""
     from ..store.export import export as do_export
 
     n, target = do_export(str(path), fmt, out)

@@ -37,6 +37,7 @@ from .ids import stable_id
 __all__ = [
     "ARROW_SCHEMA",
     "CAPABILITIES",
+    "CONTEXT_FLAG",
     "SCHEMA_VERSION",
     "Json",
     "Judge",
@@ -50,6 +51,9 @@ __all__ = [
 #: Bump when a column is added, removed or changes meaning; add a migration in
 #: ``trajsynth.store.migrations`` where old shards can be carried forward.
 SCHEMA_VERSION = 1
+
+#: step flag marking an assistant step kept as context only (see Trajectory.context_steps)
+CONTEXT_FLAG = "deviated"
 
 #: The capability tags trajsynth's own generators assign (others may be added freely).
 CAPABILITIES = (
@@ -232,6 +236,16 @@ class Trajectory(BaseModel):
     def assistant_steps(self) -> list[Message]:
         """The assistant messages, in order (the steps that annotations align with)."""
         return [m for m in self.messages if m.role == "assistant"]
+
+    def context_steps(self) -> set[int]:
+        """Indices of assistant steps kept only as context, never as a target.
+
+        A step flagged ``deviated`` (STeCa keeps the agent's wrong step, with its observation,
+        before the reflection and the expert continuation) is part of the conversation the
+        model reads but not something it should learn to produce or be checked against: the
+        format check and scores skip its calls and the SFT loss masks it.
+        """
+        return {i for i, flags in enumerate(self.step_flags) if CONTEXT_FLAG in flags}
 
     def calls(self) -> list[ToolCall]:
         """Every tool call, in order."""

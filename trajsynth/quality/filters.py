@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from ..core.config import StrictModel
+from ..core.schema import CONTEXT_FLAG
 from .columns import map_value
 from .scores import completeness_columns, score_conversation
 
@@ -110,8 +111,15 @@ def rule_failures(
         tools = table.column("tools").take(idx).to_pylist()
         errs = _column(table, "format_errors")
         errs_l = errs.take(idx).to_pylist() if errs is not None else [None] * len(missing)
-        for k, (m, t, e) in enumerate(zip(msgs, tools, errs_l, strict=True)):
-            s = score_conversation(m or [], json.loads(t) if t else None, format_errors=e or ())
+        flags = _column(table, "step_flags")
+        flags_l = flags.take(idx).to_pylist() if flags is not None else [None] * len(missing)
+        for k, (m, t, e, f) in enumerate(zip(msgs, tools, errs_l, flags_l, strict=True)):
+            s = score_conversation(
+                m or [],
+                json.loads(t) if t else None,
+                format_errors=e or (),
+                context_steps={i for i, fl in enumerate(f or []) if CONTEXT_FLAG in fl},
+            )
             coherence[missing[k]] = s["coherence"]
             fmt_component[missing[k]] = s["format_error"]
         computed = len(missing)

@@ -44,7 +44,7 @@ Definitions the texts leave open, fixed here:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -353,8 +353,12 @@ def score_conversation(
     format_errors: Sequence[str] = (),
     components: dict[str, float] | None = None,
     weights: ScoreWeights | None = None,
+    context_steps: Collection[int] = (),
 ) -> dict[str, float]:
     """Every score of one trajectory, as named components (all floats).
+
+    ``context_steps``: assistant steps kept only as context (STeCa's deviated step); their
+    calls do not count as format errors.
 
     Keys: ``efficiency``, ``completeness``, ``quality``, ``grounding``, ``repeat_free``,
     ``answer_grounded``, ``coherence``, ``effective_calls``, ``error_recovery``,
@@ -372,7 +376,9 @@ def score_conversation(
     r_task = components.get("task")
     if r_task is None or np.isnan(r_task):
         r_task = 1.0 if success else 0.0
-    fmt_error = bool(format_errors) or any(c.args is None or not c.known_tool for c in trace.calls)
+    fmt_error = bool(format_errors) or any(
+        (c.args is None or not c.known_tool) and c.step not in context_steps for c in trace.calls
+    )
     count = len(trace.steps) if w.cost_unit == "turns" else trace.num_calls
     process = process_quality(effective, coh.score, recovery, w)
     parts = {

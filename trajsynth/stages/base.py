@@ -598,6 +598,10 @@ BUILTIN_STAGE_MODULES: list[str] = [
     "trajsynth.stages.director_actor",
     "trajsynth.stages.tsr",
     "trajsynth.stages.magnet_pairs",
+    "trajsynth.stages.echo",
+    "trajsynth.stages.steca",
+    "trajsynth.stages.hardgen",
+    "trajsynth.stages.arena",
 ]
 _loaded = False
 

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
+from ..core.schema import CONTEXT_FLAG
 from ..quality.scores import ScoreWeights, score_conversation
 from .base import Context, MapStage, Output, StageConfig, register
 
@@ -75,8 +76,11 @@ class Score(MapStage):
             success = _existing(batch, "success")
             errors = _existing(batch, "format_errors")
             prior = _existing(batch, "reward_components")
+            flags = _existing(batch, "step_flags")
             quality, reward, components = [], [], []
-            for m, t, s, e, p in zip(messages, tools, success, errors, prior, strict=True):
+            for m, t, s, e, p, f in zip(
+                messages, tools, success, errors, prior, flags, strict=True
+            ):
                 # 1)-4) every score of the row
                 before = dict(p or [])
                 parts = score_conversation(
@@ -86,6 +90,7 @@ class Score(MapStage):
                     format_errors=e or (),
                     components=before,
                     weights=weights,
+                    context_steps={i for i, fl in enumerate(f or []) if CONTEXT_FLAG in fl},
                 )
                 quality.append(parts["quality"])
                 reward.append(parts[reward_key])

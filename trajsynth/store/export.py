@@ -20,6 +20,13 @@ from rows that carry a pair in ``extra["dpo"]`` (``{"prompt_len", "chosen_len",
 "rejected"}``: ``messages[:prompt_len]`` is the prompt, the next ``chosen_len`` messages the
 chosen continuation, ``rejected`` the rejected one), as the ``magnet_pairs`` stage writes to
 its ``pairs`` output. Rows without a pair are skipped; none at all is an error.
+
+``steca``: STeCa's reward-weighted records (Wang et al. 2025, arXiv:2502.14276, code
+``data_collection/data_explored_alfworld.py``), one JSON object per line with ``id``,
+``prompt``, ``chosen``, ``rejected`` (chat messages, as in ``dpo``), ``deviation`` (the nDTW
+of the chosen and rejected actions) and ``reward`` (``1 + 0.01 · deviation``, the sample's
+weight in STeCa's loss), plus ``tools``; from rows that carry ``extra["steca"]``, as the
+``steca`` stage writes them.
 """
 
 from __future__ import annotations
@@ -35,9 +42,16 @@ from ..core.errors import UserError
 from ..core.schema import Message, Trajectory
 from .shards import iter_batches
 
-__all__ = ["EXPORT_FORMATS", "export", "to_chat_message", "to_dpo_row", "to_trl_row"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "export",
+    "to_chat_message",
+    "to_dpo_row",
+    "to_steca_row",
+    "to_trl_row",
+]
 
-EXPORT_FORMATS = ("trl", "jsonl", "hf", "dpo")
+EXPORT_FORMATS = ("trl", "jsonl", "hf", "dpo", "steca")
 
 
 def to_chat_message(m: Message) -> dict[str, Any]:
@@ -80,9 +94,27 @@ def to_dpo_row(t: Trajectory) -> dict[str, Any] | None:
     }
 
 
-def _dpo_rows(path: str | Path) -> Iterator[dict[str, Any]]:
+def to_steca_row(t: Trajectory) -> dict[str, Any] | None:
+    """STeCa's record of a row the ``steca`` stage made (None for other rows)."""
+    rec = t.extra.get("steca") if isinstance(t.extra, dict) else None
+    if not isinstance(rec, dict) or "prompt_len" not in rec:
+        return None
+    k, n = int(rec["prompt_len"]), int(rec["chosen_len"])
+    rejected = [Message.model_validate(m) for m in rec.get("rejected", [])]
+    return {
+        "id": t.id,
+        "prompt": [to_chat_message(m) for m in t.messages[:k]],
+        "chosen": [to_chat_message(m) for m in t.messages[k : k + n]],
+        "rejected": [to_chat_message(m) for m in rejected],
+        "deviation": float(rec["deviation"]),
+        "reward": float(rec["reward"]),
+        "tools": json.dumps(t.tools, ensure_ascii=False),
+    }
+
+
+def _pair_rows(path: str | Path, convert: Any) -> Iterator[dict[str, Any]]:
     for r in _records(path):
-        row = to_dpo_row(r)
+        row = convert(r)
         if row is not None:
             yield row
 
@@ -120,12 +152,23 @@ def export(path: str | Path, fmt: str, dest: str | Path) -> tuple[int, Path]:
         return n, target
     if fmt == "dpo":
         target = dest if dest.suffix == ".jsonl" else dest / "dpo.jsonl"
-        n = _atomic_jsonl(target, _dpo_rows(path))
+        n = _atomic_jsonl(target, _pair_rows(path, to_dpo_row))
         if n == 0:
             target.unlink(missing_ok=True)
             raise UserError(
                 f"{path} holds no chosen/rejected pairs",
-                hint="export the `pairs` output of a magnet_pairs stage (runs/<run>/<stage>/pairs)",
+                hint="export the `pairs` output of a magnet_pairs stage (runs/<run>/<stage>/pairs)"
+                " or a steca stage's output",
+            )
+        return n, target
+    if fmt == "steca":
+        target = dest if dest.suffix == ".jsonl" else dest / "steca.jsonl"
+        n = _atomic_jsonl(target, _pair_rows(path, to_steca_row))
+        if n == 0:
+            target.unlink(missing_ok=True)
+            raise UserError(
+                f"{path} holds no STeCa calibration records",
+                hint="export the output of a steca stage (runs/<run>/<stage>)",
             )
         return n, target
     # hf

@@ -113,11 +113,15 @@ def selected_logprobs(model: Any, input_ids: Any, position_ids: Any, select: Any
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     head = model.get_output_embeddings()
     if decoder is not None and head is not None and not _has_softcap(model):
-        hidden = decoder(input_ids=input_ids, position_ids=position_ids).last_hidden_state
+        # use_cache=False matters: with a cache, transformers skips the packed-sequence mask
+        # and lets packed sequences attend to each other
+        hidden = decoder(
+            input_ids=input_ids, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
         h = hidden[:, :-1][keep]  # (N, d)
         logits = head(h).float()  # (N, V)
     else:  # any other causal LM: full logits, then select
-        out = model(input_ids=input_ids, position_ids=position_ids)
+        out = model(input_ids=input_ids, position_ids=position_ids, use_cache=False)
         logits = out.logits[:, :-1][keep].float()  # (N, V)
     # -cross_entropy is log_softmax + gather, fused (one pass over the N × V logits)
     return -torch.nn.functional.cross_entropy(logits, targets[keep], reduction="none")  # (N,)

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: newline | word | up to 3 digits | punctuation run with one optional leading space | spaces
-PRETOKENIZE_PATTERN = r"\n|[\p{L}\p{M}_]+|\p{N}{1,3}| ?[^\s\p{L}\p{M}\p{N}_]+|[^\S\n]+"
+PRETOKENIZE_PATTERN = r"\n|[\p{L}\p{M}_]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}_]+|[^\S\n]+"
 
 
 class TinyConfig(StrictModel):

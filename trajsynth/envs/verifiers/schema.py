@@ -276,10 +276,18 @@ def check_call(
 def check_trajectory(traj: Trajectory, tools: Iterable[Any] | None = None) -> list[str]:
     """Format errors of every call in a trajectory, one string each, ready for the
     ``format_errors`` column (``"call 2 book_flight: missing_required: missing required x"``).
+
+    Calls of steps kept only as context (``Trajectory.context_steps``: STeCa's deviated step)
+    are not checked: they are wrong on purpose.
     """
     toolset = to_toolset(list(tools) if tools is not None else traj.tools or [])
+    skip = traj.context_steps()
     out = []
-    for i, call in enumerate(traj.calls()):
-        for issue in check_call(call, toolset):
-            out.append(f"call {i} {call.name}: {issue}")
+    i = 0
+    for step, msg in enumerate(traj.assistant_steps()):
+        for call in msg.tool_calls:
+            if step not in skip:
+                for issue in check_call(call, toolset):
+                    out.append(f"call {i} {call.name}: {issue}")
+            i += 1
     return out
