@@ -403,3 +403,45 @@ def test_two_rounds_with_a_student_that_learns() -> None:
     # round 2: the student learnt ORDER: only CONVERT is expanded and relabelled
     assert composition[1] == {"expanded": 2, "corrected": 1, "high_ppl": 1, "seed": 1}
     assert data and all("looptool" in r.extra for r in data)
+
+
+def test_report_per_iteration_and_capability() -> None:
+    from trajsynth.stages.looptool_report import build_report
+
+    def episode(i: int, policy: str, set_: str, it: int, cap: str, ok: bool) -> Trajectory:
+        return CONVERT.derive(
+            id=f"e{i}",
+            method="gcp",
+            iteration=it,
+            capabilities=[cap],
+            reward_components={"exact_match": float(ok), "tool_match": 1.0},
+            extra={"gcp": {"policy": policy, "set": set_}},
+        )
+
+    rows, i = [], 0
+    for it, wins in ((1, 0), (2, 1), (3, 2)):  # the student gets 0, 1, 2 of 2 multi_call right
+        for k in range(2):
+            rows.append(episode(i := i + 1, "student", "probe", it, "multi_call", k < wins))
+            rows.append(episode(i := i + 1, "student", "data", it, "multi_call", k < wins))
+        rows.append(episode(i := i + 1, "student", "probe", it, "single_call", True))
+        rows.append(episode(i := i + 1, "student", "data", it, "single_call", True))
+    rows += [
+        episode(i := i + 1, "teacher", "probe", 0, c, True) for c in ("multi_call", "single_call")
+    ]
+    data = [CONVERT.derive(id=f"d{k}") for k in range(3)]  # the seed data
+    data += [
+        CONVERT.derive(id=f"n{k}", extra={"looptool": {"origin": o, "iteration": 1}})
+        for k, o in enumerate(["expanded", "expanded", "corrected", "seed"])
+    ]
+    report = build_report(rows + data)
+    its = report["iterations"]
+    assert [it["iteration"] for it in its] == [1, 2, 3]
+    assert [it["student"]["multi_call"] for it in its] == [0.0, 0.5, 1.0]
+    assert all(
+        it["teacher"] == {"multi_call": 1.0, "single_call": 1.0, "overall": 1.0} for it in its
+    )
+    assert report["weak_capabilities"] == ["multi_call"]
+    assert its[0]["counts"] == {"seed": 3, "expanded": 0, "corrected": 0, "high_ppl": 0}
+    assert its[1]["counts"] == {"seed": 1, "expanded": 2, "corrected": 1, "high_ppl": 0}
+    assert its[0]["next_counts"] == its[1]["counts"]
+    assert build_report(rows, metric="tool_match")["iterations"][0]["student"]["overall"] == 1.0

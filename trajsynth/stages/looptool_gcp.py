@@ -18,7 +18,7 @@ with confidence is dropped, the rest drives the next round:
    (:func:`~trajsynth.envs.verifiers.exact_multiset_reward`: reordered parallel calls count
    as mastered); a failed sample records its first mismatching step: the label (gold calls
    or text), the prediction and the conversation the student saw before it (what JGLV
-   judges);
+   judges); ``tool_match`` (the right tools at every step, arguments aside) is recorded too;
 5) per-capability accuracy (mastered share) into the metrics (``accuracy.<capability>``);
 6) the high-perplexity cut among mastered samples: ``ppl_threshold`` or, by default, the
    ``ppl_quantile`` quantile of their perplexities (the released code fixes no value;
@@ -170,6 +170,24 @@ def run_gold(row: Trajectory, gt: GroundTruth, ctx: Context) -> Trajectory | Non
     return traj.derive(messages=system + list(traj.messages))
 
 
+def tool_match(row: Trajectory, messages: Sequence[Message]) -> float:
+    """1.0 when every step calls the gold tools (as a multiset of names, arguments aside) and
+    the step counts agree: tool selection, a coarser view of mastery than the exact match."""
+    from ..train.eval import gold_steps, predicted_steps
+
+    gt = GroundTruth.from_json(row.ground_truth)
+    assert gt is not None
+    gold, pred = gold_steps(gt), predicted_steps(messages)
+    if len(gold) != len(pred):
+        return 0.0
+    for g, p in zip(gold, pred, strict=True):
+        if (g is None) != (p is None):
+            return 0.0
+        if g is not None and sorted(c.name for c in g) != sorted(c.name for c in p or []):
+            return 0.0
+    return 1.0
+
+
 def _first_mismatch(row: Trajectory, messages: Sequence[Message]) -> dict[str, Any]:
     """Step 4: the first step where prediction and gold differ as multisets."""
     from ..envs.verifiers import exact_multiset_reward
@@ -299,6 +317,7 @@ class GCP(GlobalStage):
                     scores["mean_logprob"] = sum(lps) / len(lps)
                     scores["perplexity"] = math.exp(-scores["mean_logprob"])
             messages = [Message.model_validate(m) for m in ep["messages"]]
+            scores["tool_match"] = tool_match(row, messages)
             mastered = scores.get("exact_match", 0.0) == 1.0
             records.append((row, messages, scores, mastered))
         # 5) per-capability accuracy

@@ -25,7 +25,7 @@ import shutil
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import Field
@@ -40,22 +40,31 @@ __all__ = ["LoopToolReport", "LoopToolReportConfig", "build_report"]
 
 class LoopToolReportConfig(StageConfig):
     probe_set: str = Field("probe", description="The held-out set the report compares on.")
+    metric: Literal["exact_match", "tool_match", "call_match", "call_accuracy"] = Field(
+        "exact_match",
+        description="Accuracy of the report: exact_match (LoopTool's: every step's calls equal "
+        "the gold as a multiset), tool_match (the right tools, arguments aside), call_match "
+        "(BFCL), call_accuracy (share of call steps matched). exact_match is always added.",
+    )
     plots: bool = Field(True, description="Write report.png (needs matplotlib).")
     copy_to_run: bool = Field(True, description="Also write the files into the run folder.")
 
 
-def _acc(rows: list[Trajectory]) -> dict[str, float]:
+def _acc(rows: list[Trajectory], metric: str = "exact_match") -> dict[str, float]:
     per: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
+    values = [float((r.reward_components or {}).get(metric, 0.0)) for r in rows]
+    for r, v in zip(rows, values, strict=True):
         for cap in r.capabilities or ["untagged"]:
-            per[cap].append(float(bool(r.success)))
+            per[cap].append(v)
     out = {c: round(sum(v) / len(v), 4) for c, v in sorted(per.items())}
     if rows:
-        out["overall"] = round(sum(float(bool(r.success)) for r in rows) / len(rows), 4)
+        out["overall"] = round(sum(values) / len(values), 4)
     return out
 
 
-def build_report(rows: list[Trajectory], probe_set: str = "probe") -> dict[str, Any]:
+def build_report(
+    rows: list[Trajectory], probe_set: str = "probe", metric: str = "exact_match"
+) -> dict[str, Any]:
     """Steps 1-3 as a JSON-ready dict."""
     episodes: dict[tuple[str, str, int], list[Trajectory]] = defaultdict(list)
     data: list[Trajectory] = []
@@ -69,10 +78,10 @@ def build_report(rows: list[Trajectory], probe_set: str = "probe") -> dict[str, 
     teacher_rows = [
         r for (p, s, _), v in episodes.items() if p != "student" and s == probe_set for r in v
     ]
-    teacher = _acc(teacher_rows)
+    teacher = _acc(teacher_rows, metric)
     # 2) weak capabilities from the first probe of the training data
     first = episodes.get(("student", "data", iterations[0]), []) if iterations else []
-    first_acc = _acc(first)
+    first_acc = _acc(first, metric)
     weak = sorted(
         c for c, a in first_acc.items() if c != "overall" and a < first_acc.get("overall", 0.0)
     )
@@ -84,12 +93,15 @@ def build_report(rows: list[Trajectory], probe_set: str = "probe") -> dict[str, 
     out_iters = []
     for k in iterations:
         trained = made.get(k - 1, Counter())
+        probe = episodes.get(("student", probe_set, k), [])
         out_iters.append(
             {
                 "iteration": k,
-                "student": _acc(episodes.get(("student", probe_set, k), [])),
+                "student": _acc(probe, metric),
                 "teacher": teacher,
-                "student_on_data": _acc(episodes.get(("student", "data", k), [])),
+                "student_exact_match": _acc(probe, "exact_match"),
+                "teacher_exact_match": _acc(teacher_rows, "exact_match"),
+                "student_on_data": _acc(episodes.get(("student", "data", k), []), metric),
                 "counts": {o: trained.get(o, 0) for o in ORIGINS},
                 "next_counts": {o: made.get(k, Counter()).get(o, 0) for o in ORIGINS},
             }
@@ -97,6 +109,7 @@ def build_report(rows: list[Trajectory], probe_set: str = "probe") -> dict[str, 
     caps = sorted({c for it in out_iters for c in it["student"] if c != "overall"})
     rising = {c: [it["student"].get(c) for it in out_iters] for c in caps}
     return {
+        "metric": metric,
         "probe_set": probe_set,
         "probe_tasks": len(episodes.get(("student", probe_set, iterations[0]), []))
         if iterations
@@ -109,14 +122,15 @@ def build_report(rows: list[Trajectory], probe_set: str = "probe") -> dict[str, 
 
 def _markdown(report: dict[str, Any]) -> str:
     its = report["iterations"]
+    weak = ", ".join(report["weak_capabilities"]) or "none"
     caps = sorted(
         {c for it in its for c in it["student"]} | {c for it in its for c in it["teacher"]}
     )
     lines = [
         "# LoopTool report",
         "",
-        f"Held-out probe set: {report['probe_tasks']} tasks. Weak capabilities (GCP, iteration "
-        f"1): {', '.join(report['weak_capabilities']) or 'none'}.",
+        f"Held-out probe set: {report['probe_tasks']} tasks; accuracy = {report['metric']}. "
+        f"Weak capabilities (GCP, iteration 1): {weak}.",
         "",
         "| capability | "
         + " | ".join(f"student it{it['iteration']}" for it in its)
@@ -167,7 +181,7 @@ def _plot(report: dict[str, Any], path: Path) -> None:
         if its and c in its[0]["teacher"]:
             ax1.axhline(its[0]["teacher"][c], color=color, ls="--", lw=0.8)
     ax1.set_xlabel("iteration")
-    ax1.set_ylabel("held-out accuracy (exact match)")
+    ax1.set_ylabel(f"held-out accuracy ({report['metric']})")
     ax1.set_title("student (lines) vs teacher (dashed)")
     ax1.set_xticks(xs)
     ax1.set_ylim(-0.02, 1.02)
@@ -200,7 +214,7 @@ class LoopToolReport(GlobalStage):
         cfg: LoopToolReportConfig = self.config  # type: ignore[assignment]
         rows = [r for b in batches for r in to_records(b)]
         # 1-3)
-        report = build_report(rows, cfg.probe_set)
+        report = build_report(rows, cfg.probe_set, cfg.metric)
         # 4) files
         folder = ctx.artifacts_dir
         (folder / "report.json").write_text(json.dumps(report, indent=2))
