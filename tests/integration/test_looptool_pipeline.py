@@ -32,7 +32,8 @@ PIPELINE = REPO / "pipelines" / "looptool.yaml"
 #: a small variant: one domain, few tasks, a very small student, short generations
 SMALL = [
     "stages.tasks.with.domains=[math]",
-    "stages.tasks.with.tasks_per_domain=14",
+    "stages.tasks.with.tasks_per_domain=16",
+    "stages.split.with.eval_fraction=0.4",
     "stages.teacher.with.n=1",
     "stages.round.iterations=2",
     "stages.round.stages.train.with.sft.epochs=2",
