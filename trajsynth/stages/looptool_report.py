@@ -9,7 +9,7 @@ it are the initial seed data).
 1) accuracy (LoopTool's mastered share: exact multiset match at every step) per iteration,
    policy, set and capability;
 2) the capabilities GCP flagged as weak: in the first iteration's probe of the training data,
-   those below the student's overall accuracy there;
+   those at or below the student's overall accuracy there;
 3) data counts by origin: the data each iteration trained on (iteration 1: the seed data;
    iteration k: what iteration k − 1 assembled) and what each iteration assembled;
 4) ``report.json`` (``iterations: [{iteration, student: {capability: accuracy}, teacher:
@@ -83,7 +83,7 @@ def build_report(
     first = episodes.get(("student", "data", iterations[0]), []) if iterations else []
     first_acc = _acc(first, metric)
     weak = sorted(
-        c for c, a in first_acc.items() if c != "overall" and a < first_acc.get("overall", 0.0)
+        c for c, a in first_acc.items() if c != "overall" and a <= first_acc.get("overall", 0.0)
     )
     # 3) counts by origin
     made: dict[int, Counter[str]] = defaultdict(Counter)
