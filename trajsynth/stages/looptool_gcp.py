@@ -334,7 +334,7 @@ class GCP(GlobalStage):
             cut = cfg.ppl_threshold
         else:
             cut = float(np.quantile(ppls, cfg.ppl_quantile)) if ppls else math.inf
-        ctx.metrics.set("ppl_threshold", cut)
+        ctx.metrics.set("ppl_threshold", cut if math.isfinite(cut) else None)
         # 7) outputs
         out: dict[str, list[Trajectory]] = defaultdict(list)
         for row, messages, scores, mastered in records:
