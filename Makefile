@@ -24,9 +24,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 
-## the main job, offline: a seeded simulated teacher and a tiny student, no key, no network
+## the main job, offline: LoopTool's closed loop with a seeded simulated teacher and judge and a
+## tiny student trained from scratch; no key, no network (report in runs/demo/report.*)
 demo: install
-	$(TS) run pipelines/tiny.yaml --out runs/demo
+	$(TS) run pipelines/looptool.yaml --out runs/demo
 
 ## the test suite (what CI runs, through .ci/run)
 test: install

@@ -602,6 +602,12 @@ BUILTIN_STAGE_MODULES: list[str] = [
     "trajsynth.stages.steca",
     "trajsynth.stages.hardgen",
     "trajsynth.stages.arena",
+    "trajsynth.stages.train",
+    "trajsynth.stages.looptool_gcp",
+    "trajsynth.stages.looptool_jglv",
+    "trajsynth.stages.looptool_edde",
+    "trajsynth.stages.looptool",
+    "trajsynth.stages.looptool_report",
 ]
 _loaded = False
 

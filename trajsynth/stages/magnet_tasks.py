@@ -57,7 +57,7 @@ from typing import Any
 from pydantic import Field
 
 from ..core.batch import to_batch
-from ..core.ids import stable_id
+from ..core.ids import seed_from, stable_id
 from ..core.prompts import system_prompt
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
@@ -129,6 +129,12 @@ class MagnetTasksConfig(StageConfig):
     env_seeds: list[int] = Field(default_factory=lambda: [0], description="Environment seeds.")
     query_role: str = Field("query_writer", description="LLM role of the back-translation.")
     n_queries: int = Field(3, ge=1, le=10, description="Phrasings asked per turn.")
+    distractors: int | None = Field(
+        None,
+        ge=0,
+        description="Offer only the tools the gold calls use plus this many others of the "
+        "domain, drawn per task (LoopTool's dialogs offer 3 to 11); none: the whole toolset.",
+    )
     block: int = Field(
         32,
         ge=1,
@@ -504,6 +510,13 @@ class MagnetTasks(SourceStage):
         )
         tools = [t for t in graph.toolset.to_openai() if t["function"]["name"] not in cand.withheld]
         rid = stable_id("magnet_tasks", ctx.config_hash, ctx.seed, cand.domain, cand.index)
+        if cfg.distractors is not None:
+            needed = {c.name for c in gt.flat_calls()}
+            others = sorted(t["function"]["name"] for t in tools)
+            others = [n for n in others if n not in needed]
+            r = random.Random(seed_from("magnet_tasks.distractors", rid))
+            keep = needed | set(r.sample(others, min(cfg.distractors, len(others))))
+            tools = [t for t in tools if t["function"]["name"] in keep]
         policy = _domain_policy(cand.domain)
         system = cfg.system_prompt or system_prompt(policy)
         return Trajectory(

@@ -1,0 +1,174 @@
+"""The main job, ``pipelines/looptool.yaml``, scaled down with ``--set``: it runs the loop
+(train → GCP → JGLV → EDDE → next data) for 2 iterations offline, writes the final dataset and
+``report.json`` of the documented shape; the same pipeline runs against ``trajsynth serve
+--backend sim`` on 127.0.0.1 by changing only ``llm:`` settings.
+
+Run: PYTHONPATH=. python -m pytest tests/integration/test_looptool_pipeline.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from trajsynth.llm.client import reset_clients
+from trajsynth.pipeline import run_pipeline
+from trajsynth.pipeline.spec import load_pipeline
+from trajsynth.store import read_records
+
+REPO = Path(__file__).resolve().parents[2]
+PIPELINE = REPO / "pipelines" / "looptool.yaml"
+
+#: a small variant: one domain, few tasks, a very small student, short generations
+SMALL = [
+    "stages.tasks.with.domains=[math]",
+    "stages.tasks.with.tasks_per_domain=16",
+    "stages.split.with.eval_fraction=0.4",
+    "stages.teacher.with.n=1",
+    "stages.round.iterations=2",
+    "stages.round.stages.train.with.sft.epochs=2",
+    "stages.round.stages.train.with.warm_epochs=1",
+    "stages.round.stages.train.with.sft.max_len=768",
+    "stages.round.stages.train.with.sft.tiny={hidden_size: 32, num_layers: 1, num_heads: 2, "
+    "num_kv_heads: 2, intermediate_size: 64, vocab_size: 512}",
+    "stages.round.stages.gcp.with.max_new_tokens=24",
+    "stages.round.stages.gcp.with.max_steps=3",
+    "stages.round.stages.probe.with.max_new_tokens=24",
+    "stages.round.stages.probe.with.max_steps=3",
+    "stages.round.stages.fresh.with.n=3",
+]
+
+
+def check_report(run: Path, iterations: int) -> dict:
+    report = json.loads((run / "report.json").read_text())
+    assert [it["iteration"] for it in report["iterations"]] == list(range(1, iterations + 1))
+    teacher = report["iterations"][0]["teacher"]
+    assert 0.0 < teacher["overall"] <= 1.0  # the simulated teacher solves most probe tasks
+    for it in report["iterations"]:
+        assert set(it) >= {"iteration", "student", "teacher", "counts", "next_counts"}
+        assert set(it["counts"]) == {"seed", "expanded", "corrected", "high_ppl"}
+        assert it["teacher"] == teacher  # the same probe set every iteration
+        assert set(it["student"]) <= set(teacher)  # the same capabilities
+        assert all(0.0 <= v <= 1.0 for v in it["student"].values())
+    first = report["iterations"][0]
+    assert first["counts"]["seed"] > 0 and sum(first["counts"].values()) == first["counts"]["seed"]
+    for before, after in zip(report["iterations"], report["iterations"][1:], strict=False):
+        assert after["counts"] == before["next_counts"]  # a round trains on what the last made
+    assert isinstance(report["weak_capabilities"], list)
+    assert (run / "report.md").read_text().startswith("# LoopTool report")
+    return report
+
+
+@pytest.mark.slow
+def test_looptool_pipeline_small(tmp_path: Path) -> None:
+    pipe = load_pipeline(PIPELINE, SMALL)
+    result = run_pipeline(pipe, out=tmp_path)
+    assert "round2.train" in result.executed and "report" in result.executed
+    report = check_report(tmp_path, 2)
+    # the loop's data: round 1's next dataset mixes origins and is stamped with its round
+    made = read_records(tmp_path / "round1.next")
+    origins = {r.extra["looptool"]["origin"] for r in made}
+    assert "seed" in origins and origins <= {"seed", "expanded", "corrected", "high_ppl"}
+    assert sum(report["iterations"][0]["next_counts"].values()) == len(made)
+    for row in made:
+        if row.method == "edde":  # expanded samples were executed and keep their parent
+            assert row.extra["original_sample"]["id"] in row.parent_ids
+            assert any(m.role == "tool" for m in row.messages)
+    # warm start: round 2 trains from round 1's checkpoint
+    state = json.loads((tmp_path / "artifacts" / "round2.train" / "trajsynth_sft.json").read_text())
+    assert state["config"]["model"].endswith("round1.train")
+    # the final dataset and the plot
+    assert read_records(tmp_path / "final")
+    if _has("matplotlib"):
+        assert (tmp_path / "report.png").stat().st_size > 0
+
+
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------
+# against an OpenAI-compatible endpoint
+# --------------------------------------------------------------------------------------
+
+
+def _serve() -> tuple[subprocess.Popen[str], str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trajsynth", "serve", "--backend", "sim", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    reader.join(120)
+    if not line or "listening on" not in line[0]:
+        proc.kill()
+        raise RuntimeError(f"trajsynth serve did not start: {line}")
+    return proc, line[0].strip().split("listening on ", 1)[1]
+
+
+@pytest.mark.slow
+def test_looptool_pipeline_against_served_simulator(tmp_path: Path) -> None:
+    proc, base_url = _serve()
+    try:
+        reset_clients()
+        llm = [
+            "defaults.llm.*.backend=openai",
+            f"defaults.llm.*.base_url={base_url}",
+            "defaults.llm.*.model=sim",
+            "defaults.llm.*.api_key=none",
+            "defaults.llm.*.send_metadata=true",
+        ]
+        overrides = [*SMALL, "stages.round.iterations=1", *llm]
+        result = run_pipeline(load_pipeline(PIPELINE, overrides), out=tmp_path)
+        assert "report" in result.executed
+        check_report(tmp_path, 1)
+        host = base_url.rsplit("/v1", 1)[0]
+        with urllib.request.urlopen(f"{host}/metrics", timeout=10) as r:
+            seen = json.loads(r.read())
+        assert seen["chat_requests"] > 0
+        # every LLM stage sent its requests over HTTP (the client counts them per role)
+        manifest = json.loads((tmp_path / "manifest.json").read_text())
+        http = {
+            key.split(".")[1]
+            for state in manifest["stages"].values()
+            for key, n in (state.get("metrics") or {}).get("counters", {}).items()
+            if key.endswith(".http_requests") and n > 0
+        }
+        assert {"query_writer", "teacher"} <= http, http
+        assert (
+            sum(
+                (state.get("metrics") or {}).get("counters", {}).get(f"llm.{role}.http_requests", 0)
+                for state in manifest["stages"].values()
+                for role in ("query_writer", "teacher", "judge", "expander")
+            )
+            <= seen["chat_requests"]
+        )
+    finally:
+        reset_clients()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,447 @@
+"""LoopTool's GCP, JGLV, EDDE, the round boundary and the binary reward (METHODS.md §10 rows
+"LoopTool GCP", "LoopTool JGLV", "LoopTool EDDE", "LoopTool loop / GRPO reward"), offline with
+scripted students, judges and generators.
+
+Run: PYTHONPATH=. python -m pytest tests/stages/test_looptool.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from trajsynth.core import Trajectory, to_batch, to_records
+from trajsynth.core.task import GoldCall
+from trajsynth.envs import EnvFactory
+from trajsynth.envs.verifiers import exact_multiset_reward
+from trajsynth.envs.verifiers.schema import check_call
+from trajsynth.llm.base import ChatRequest, RawChoice, TokenLogprob
+from trajsynth.llm.scripted import use_scripted
+from trajsynth.stages import Context, ContextSpec, Emit, build_stage
+
+FACTORY = EnvFactory()
+
+
+def task(task_id: str) -> Trajectory:
+    domain = task_id.split("-")[0]
+    example = next(t for t in FACTORY.example_tasks(domain) if t.task_id == task_id)
+    return example.to_trajectory(FACTORY.toolset(domain))
+
+
+CONVERT = task("travel-convert")  # convert_currency(250, EUR, USD)
+MILES = task("math-marathon-miles")  # convert_units(42.195, km, mi)
+PARALLEL = task("math-parallel-conversions")  # two convert_units in one step
+ORDER = task("commerce-order-status")  # get_order(#W1003)
+
+
+def run(name: str, cfg: dict[str, Any], rows: list[Trajectory], ctx: Context):
+    """Run a stage on rows; returns {output name: rows}."""
+    out: dict[str, list[Trajectory]] = {}
+    for item in build_stage(name, cfg).process(iter([to_batch(rows)]), ctx):
+        key, data = (item.name, item.data) if isinstance(item, Emit) else ("main", item)
+        out.setdefault(key, []).extend(data if isinstance(data, list) else to_records(data))
+    return out
+
+
+def calls_choice(calls: list[tuple[str, dict]], logprob: float) -> RawChoice:
+    return RawChoice(
+        tool_calls=[
+            {"id": f"c{i}", "name": n, "arguments": json.dumps(a)} for i, (n, a) in enumerate(calls)
+        ],
+        logprobs=[TokenLogprob(token="t", logprob=logprob)] * 4,
+        finish_reason="tool_calls",
+    )
+
+
+def text_choice(logprob: float) -> RawChoice:
+    return RawChoice(
+        content="Done.",
+        logprobs=[TokenLogprob(token="t", logprob=logprob)] * 2,
+        finish_reason="stop",
+    )
+
+
+def student(answers: dict[str, tuple[list[tuple[str, dict]], float]]):
+    """A scripted student: per task goal, the calls of its one step and its log-prob; then
+    a text answer after the tool results."""
+
+    def handler(request: ChatRequest) -> RawChoice:
+        goal = next(m["content"] for m in request.messages if m["role"] == "user")
+        calls, lp = answers[goal]
+        if request.messages[-1]["role"] == "tool":
+            return text_choice(lp)
+        return calls_choice(calls, lp)
+
+    return handler
+
+
+def gold(row: Trajectory) -> list[tuple[str, dict]]:
+    gt = row.ground_truth
+    return [(c["name"], c["arguments"]) for c in gt["turns"][0]["steps"][0]]
+
+
+# --------------------------------------------------------------------------------------
+# GCP
+# --------------------------------------------------------------------------------------
+
+
+def gcp_outputs(ctx: Context, wrong_order: bool = True):
+    answers = {
+        CONVERT.goal: (gold(CONVERT), -0.01),  # mastered, confident → easy
+        MILES.goal: (gold(MILES), -2.0),  # mastered, unsure → hard
+        PARALLEL.goal: (gold(PARALLEL)[::-1], -0.01),  # reordered parallel calls → mastered
+        ORDER.goal: ([("get_order", {"order_id": "#W1004"})] if wrong_order else gold(ORDER), -0.5),
+    }
+    backend = use_scripted(ctx, "student", student(answers))
+    out = run("gcp", {"role": "student"}, [CONVERT, MILES, PARALLEL, ORDER], ctx)
+    return out, backend
+
+
+def test_gcp_keeps_failed_and_high_perplexity_and_drops_easy() -> None:
+    ctx = Context(ContextSpec(stage_id="gcp"))
+    out, backend = gcp_outputs(ctx)
+    ids = {k: {r.task_id for r in v} for k, v in out.items()}
+    assert ids["failed"] == {ORDER.task_id}
+    assert ids["hard"] == {MILES.task_id}
+    assert ids["easy"] == {CONVERT.task_id, PARALLEL.task_id}  # reordered parallel = mastered
+    assert ids["main"] == {ORDER.task_id, MILES.task_id}
+    # the student was asked greedily, with log-probabilities
+    assert all(r.temperature == 0.0 and r.logprobs for r in backend.requests)
+    hard = out["hard"][0].extra["gcp"]
+    assert hard["mean_logprob"] == pytest.approx(-2.0)
+    assert hard["perplexity"] == pytest.approx(math.exp(2.0))
+    # the quantile cut (median of the mastered perplexities) sits between the two levels
+    assert ctx.metrics.values["ppl_threshold"] == pytest.approx(math.exp(0.01))
+    failed = out["failed"][0].extra["gcp"]
+    assert failed["label"] == [{"name": "get_order", "arguments": {"order_id": "#W1003"}}]
+    assert failed["prediction"] == [{"name": "get_order", "arguments": {"order_id": "#W1004"}}]
+    assert failed["step"] == 0 and failed["context"][-1]["role"] == "user"
+    # per-capability accuracy: single_call 2/3 (ORDER failed), parallel_calls 1/1
+    acc = ctx.metrics.values["accuracy"]
+    assert acc["single_call"] == pytest.approx(2 / 3) and acc["parallel_calls"] == 1.0
+    assert len(out["episodes"]) == 4 and sum(r.success for r in out["episodes"]) == 3
+
+
+def test_gcp_fixed_threshold_and_needs_a_student() -> None:
+    ctx = Context(ContextSpec(stage_id="gcp"))
+    answers = {r.goal: (gold(r), -1.0) for r in (CONVERT, MILES)}
+    use_scripted(ctx, "student", student(answers))
+    out = run("gcp", {"role": "student", "ppl_threshold": 3.0}, [CONVERT, MILES], ctx)
+    assert "hard" not in out and len(out["easy"]) == 2  # exp(1) < 3
+    from trajsynth.core import ConfigError
+
+    with pytest.raises(ConfigError, match="needs:"):
+        run("gcp", {}, [CONVERT], Context(ContextSpec(stage_id="gcp")))
+
+
+# --------------------------------------------------------------------------------------
+# JGLV
+# --------------------------------------------------------------------------------------
+
+
+def failed_rows(prediction: dict[str, Any]) -> list[Trajectory]:
+    """GCP's failed output for CONVERT with the student predicting ``prediction`` args."""
+    ctx = Context(ContextSpec(stage_id="gcp"))
+    use_scripted(ctx, "student", student({CONVERT.goal: ([("convert_currency", prediction)], -1)}))
+    return run("gcp", {"role": "student"}, [CONVERT], ctx)["failed"]
+
+
+PRED = {"amount": 300, "from_currency": "EUR", "to_currency": "USD"}
+
+
+def judge(verdicts: list[str]):
+    def handler(request: ChatRequest) -> str:
+        v = verdicts[request.metadata["sample"]]
+        return f"{v}.\nError Analysis: the amount differs. Correct Approach: use the request."
+
+    return handler
+
+
+def test_jglv_label_wrong_by_consensus_is_replaced_by_the_prediction() -> None:
+    rows = failed_rows(PRED)
+    ctx = Context(ContextSpec(stage_id="jglv"))
+    backend = use_scripted(ctx, "judge", judge(["RESPONSE1_INCORRECT"] * 3))
+    out = run("jglv", {}, rows, ctx)
+    assert len(backend.requests) == 3  # three votes, each its own request
+    (seed,) = out["main"]
+    assert seed.extra["jglv"]["status"] == "original_incorrect"
+    assert seed.extra["jglv"]["correct"] == [{"name": "convert_currency", "arguments": PRED}]
+    (fixed,) = out["corrected"]
+    assert fixed.method == "jglv" and fixed.parent_ids == [rows[0].id]
+    assert fixed.ground_truth["turns"][0]["steps"][0][0]["arguments"] == PRED
+    call = next(m for m in fixed.messages if m.tool_calls).tool_calls[0]
+    assert json.loads(call.arguments) == PRED  # the trajectory follows the new label
+    assert any(m.role == "tool" for m in fixed.messages)  # and it was executed
+    assert ctx.metrics.counters["original_incorrect"] == 1
+    assert ctx.metrics.counters["corrected"] == 1
+
+
+def test_jglv_two_of_three_is_consensus_and_a_split_is_dropped() -> None:
+    rows = failed_rows(PRED)
+    ctx = Context(ContextSpec(stage_id="jglv"))
+    use_scripted(
+        ctx, "judge", judge(["RESPONSE2_INCORRECT", "BOTH_CORRECT", "RESPONSE2_INCORRECT"])
+    )
+    out = run("jglv", {}, rows, ctx)
+    (seed,) = out["main"]
+    assert seed.extra["jglv"]["status"] == "model_incorrect"
+    assert seed.extra["jglv"]["consensus"] is True
+    assert seed.extra["jglv"]["correct"][0]["arguments"]["amount"] == 250  # the label
+    assert "corrected" not in out
+
+    ctx = Context(ContextSpec(stage_id="jglv"))
+    use_scripted(
+        ctx, "judge", judge(["RESPONSE1_INCORRECT", "RESPONSE2_INCORRECT", "BOTH_CORRECT"])
+    )
+    out = run("jglv", {}, rows, ctx)
+    assert "main" not in out and "corrected" not in out
+    assert out["dropped"][0].extra["jglv"]["consensus"] is False
+    assert ctx.metrics.counters["no_consensus"] == 1
+
+    ctx = Context(ContextSpec(stage_id="jglv"))
+    use_scripted(ctx, "judge", judge(["BOTH_INCORRECT"] * 3))
+    out = run("jglv", {}, rows, ctx)
+    assert "main" not in out and ctx.metrics.counters["both_incorrect"] == 1  # not expanded
+
+
+def test_jglv_calls_no_judge_for_identical_or_reordered_outputs() -> None:
+    (row,) = failed_rows(PRED)
+    info = row.extra["gcp"]
+    a = {"name": "f", "arguments": {"x": 1}}
+    b = {"name": "g", "arguments": {"y": [1, 2]}}
+    same = row.derive(id="same", extra={"gcp": {**info, "label": [a, b], "prediction": [a, b]}})
+    swapped = row.derive(id="swap", extra={"gcp": {**info, "label": [a, b], "prediction": [b, a]}})
+    ctx = Context(ContextSpec(stage_id="jglv"))
+    backend = use_scripted(ctx, "judge", judge(["RESPONSE1_INCORRECT"] * 3))
+    out = run("jglv", {}, [same, swapped], ctx)
+    assert backend.requests == [] and "main" not in out
+    assert ctx.metrics.counters["both_correct_exact"] == 2
+    assert ctx.metrics.counters.get("judge_calls", 0) == 0
+
+
+def test_jglv_needs_at_least_two_votes() -> None:
+    from trajsynth.core import ConfigError
+
+    with pytest.raises(ConfigError, match="votes"):
+        build_stage("jglv", {"votes": 1})
+
+
+# --------------------------------------------------------------------------------------
+# EDDE
+# --------------------------------------------------------------------------------------
+
+
+def seeds() -> list[Trajectory]:
+    rows = failed_rows(PRED)
+    ctx = Context(ContextSpec(stage_id="jglv"))
+    use_scripted(ctx, "judge", judge(["RESPONSE2_INCORRECT"] * 3))
+    return run("jglv", {}, rows, ctx)["main"]
+
+
+def sample(amount: int, currency: str = "GBP", name: str = "convert_currency") -> str:
+    args = {"amount": amount, "from_currency": currency, "to_currency": "JPY"}
+    return (
+        f"INPUT: Please convert {amount} {currency} to JPY.\n"
+        f'OUTPUT: <tool_call>\n{{"name": "{name}", "arguments": {json.dumps(args)}}}\n</tool_call>'
+    )
+
+
+def test_edde_rejects_garbage_retries_at_most_three_times_and_keeps_provenance() -> None:
+    (seed,) = seeds()
+    ctx = Context(ContextSpec(stage_id="edde"))
+
+    def generator(request: ChatRequest) -> str:
+        k, attempt = request.metadata["sample"], request.metadata["attempt"]
+        if k == 0:  # garbage once, then a good sample
+            return "Here are some ideas: vary the amounts." if attempt == 0 else sample(40)
+        if k == 1:  # unknown tool, then a call that fails to execute, then good
+            return [sample(10, name="convert_money"), sample(10, currency="XXX"), sample(75)][
+                attempt
+            ]
+        return "I'm sorry, I can't generate that."  # k == 2: garbage every time
+
+    backend = use_scripted(ctx, "expander", generator)
+    out = run("edde", {}, [seed], ctx)
+    tries = Counter(r.metadata["sample"] for r in backend.requests)
+    assert tries == {0: 2, 1: 3, 2: 3}  # never more than three tries per sample
+    kept = out["main"]
+    assert len(kept) == 2 and len(out["rejected"]) == 1
+    c = ctx.metrics.counters
+    assert c["rejected.no_input_output"] == 4 and c["rejected.unknown_tool"] == 1
+    assert c["rejected.execution"] == 1 and c["kept"] == 2 and c["seeds"] == 1
+    for row in kept:
+        assert row.method == "edde" and row.parent_ids == [seed.id]
+        assert row.tools == seed.tools  # the same toolset
+        assert row.extra["original_sample"]["id"] == seed.id
+        assert row.extra["original_sample"]["correct"][0]["arguments"]["amount"] == 250
+        assert row.extra["edde"]["variation"] in (
+            "complexity variation",
+            "user persona",
+            "interaction style",
+            "data variation",
+        )
+        # every kept call validates against the schema and executed without an error
+        for m in row.messages:
+            for call in m.tool_calls:
+                assert check_call(call, row.tools) == []
+        tool_msgs = [m for m in row.messages if m.role == "tool"]
+        assert tool_msgs and all("error" not in (m.content or "").lower() for m in tool_msgs)
+    assert sorted(
+        r.ground_truth["turns"][0]["steps"][0][0]["arguments"]["amount"] for r in kept
+    ) == [
+        40,
+        75,
+    ]
+    # the prompt carries the correct and incorrect responses, the analysis and the variation
+    prompt = backend.requests[0].messages[-1]["content"]
+    assert '"amount": 250' in prompt and '"amount": 300' in prompt
+    assert "the amount differs" in prompt and "Scenario variation" in prompt
+
+
+def test_edde_only_expands_consensus_failures_with_calls() -> None:
+    (seed,) = seeds()
+    no_consensus = seed.derive(
+        id="nc", extra={**seed.extra, "jglv": {**seed.extra["jglv"], "consensus": False}}
+    )
+    both = seed.derive(
+        id="bi", extra={**seed.extra, "jglv": {**seed.extra["jglv"], "status": "both_incorrect"}}
+    )
+    ctx = Context(ContextSpec(stage_id="edde"))
+    backend = use_scripted(ctx, "expander", lambda r: sample(5))
+    out = run("edde", {"samples": 2}, [no_consensus, both], ctx)
+    assert out == {} and backend.requests == [] and ctx.metrics.counters["not_a_seed"] == 2
+
+
+def test_edde_with_the_simulated_expander() -> None:
+    (seed,) = seeds()
+    ctx = Context(ContextSpec(stage_id="edde", llm={"expander": {"backend": "sim"}}))
+    out = run("edde", {}, [seed], ctx)
+    kept = out.get("main", [])
+    assert 1 <= len(kept) <= 3
+    for row in kept:
+        assert row.ground_truth["turns"][0]["steps"][0][0]["name"] == "convert_currency"
+
+
+# --------------------------------------------------------------------------------------
+# the round boundary and the reward
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "pred, gold_, reward",
+    [
+        (
+            [GoldCall(name="g"), GoldCall(name="f", arguments={"x": 1})],
+            [GoldCall(name="f", arguments={"x": 1}), GoldCall(name="g")],
+            1.0,
+        ),  # reordered
+        ([GoldCall(name="f"), GoldCall(name="f")], [GoldCall(name="f")], 0.0),  # extra call
+        ("I would call f here.", [GoldCall(name="f")], 0.0),  # missing tags: text vs call
+        ("Sure.", "Done.", 1.0),  # both text
+        ([GoldCall(name="f", arguments={"x": 1.0})], [GoldCall(name="f", arguments={"x": 1})], 1.0),
+    ],
+)
+def test_binary_reward(pred, gold_, reward) -> None:
+    assert exact_multiset_reward(pred, gold_) == reward
+
+
+def echo(request: ChatRequest) -> str:
+    """A generator that writes the correct calls again, under a new request."""
+    calls = request.metadata["correct"]
+    blocks = "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
+    return f"INPUT: Again, sample {request.metadata['sample']}.\nOUTPUT: {blocks}"
+
+
+def test_two_rounds_with_a_student_that_learns() -> None:
+    """Round 1: the student gets CONVERT and ORDER wrong; it 'learns' ORDER, so round 2 has
+    only CONVERT wrong. Each round's next dataset = expanded ∪ corrected ∪ high-PPL ∪ seed."""
+    tasks = [CONVERT, MILES, PARALLEL, ORDER]
+    wrong = {
+        CONVERT.goal: ([("convert_currency", PRED)], -1.0),
+        ORDER.goal: ([("get_order", {"order_id": "#W1004"})], -1.0),
+    }
+    composition = []
+    data = tasks
+    for k, still_wrong in ((1, {CONVERT.goal, ORDER.goal}), (2, {CONVERT.goal})):
+        answers = {r.goal: (gold(r), -0.01 if r is not MILES else -2.0) for r in tasks}
+        answers.update({g: wrong[g] for g in still_wrong})
+        ctx = Context(ContextSpec(stage_id=f"round{k}.gcp", iteration=k))
+        use_scripted(ctx, "student", student(answers))
+        probed = run("gcp", {"role": "student"}, tasks, ctx)
+        ctx = Context(ContextSpec(stage_id=f"round{k}.jglv", iteration=k))
+        # the judges blame the student's order id and the label's amount
+        use_scripted(
+            ctx,
+            "judge",
+            lambda r: (
+                "RESPONSE1_INCORRECT."
+                if "300" in r.messages[-1]["content"]
+                else "RESPONSE2_INCORRECT."
+            ),
+        )
+        judged = run("jglv", {}, probed["failed"], ctx)
+        ctx = Context(ContextSpec(stage_id=f"round{k}.edde", iteration=k))
+        use_scripted(ctx, "expander", echo)
+        expanded = run("edde", {"samples": 2}, judged["main"], ctx)
+        ctx = Context(ContextSpec(stage_id=f"round{k}.next", iteration=k))
+        fresh = [t.derive(id=f"fresh{k}") for t in [MILES]]
+        nxt = run(
+            "looptool",
+            {},
+            expanded["main"] + judged.get("corrected", []) + probed.get("hard", []) + fresh,
+            ctx,
+        )["main"]
+        composition.append(Counter(r.extra["looptool"]["origin"] for r in nxt))
+        assert all(r.iteration == k for r in nxt)
+        data = nxt
+    # round 1: two consensus failures × 2 samples, one relabelled (CONVERT), MILES hard, 1 fresh
+    assert composition[0] == {"expanded": 4, "corrected": 1, "high_ppl": 1, "seed": 1}
+    # round 2: the student learnt ORDER: only CONVERT is expanded and relabelled
+    assert composition[1] == {"expanded": 2, "corrected": 1, "high_ppl": 1, "seed": 1}
+    assert data and all("looptool" in r.extra for r in data)
+
+
+def test_report_per_iteration_and_capability() -> None:
+    from trajsynth.stages.looptool_report import build_report
+
+    def episode(i: int, policy: str, set_: str, it: int, cap: str, ok: bool) -> Trajectory:
+        return CONVERT.derive(
+            id=f"e{i}",
+            method="gcp",
+            iteration=it,
+            capabilities=[cap],
+            reward_components={"exact_match": float(ok), "tool_match": 1.0},
+            extra={"gcp": {"policy": policy, "set": set_}},
+        )
+
+    rows, i = [], 0
+    for it, wins in ((1, 0), (2, 1), (3, 2)):  # the student gets 0, 1, 2 of 2 multi_call right
+        for k in range(2):
+            rows.append(episode(i := i + 1, "student", "probe", it, "multi_call", k < wins))
+            rows.append(episode(i := i + 1, "student", "data", it, "multi_call", k < wins))
+        rows.append(episode(i := i + 1, "student", "probe", it, "single_call", True))
+        rows.append(episode(i := i + 1, "student", "data", it, "single_call", True))
+    rows += [
+        episode(i := i + 1, "teacher", "probe", 0, c, True) for c in ("multi_call", "single_call")
+    ]
+    data = [CONVERT.derive(id=f"d{k}") for k in range(3)]  # the seed data
+    data += [
+        CONVERT.derive(id=f"n{k}", extra={"looptool": {"origin": o, "iteration": 1}})
+        for k, o in enumerate(["expanded", "expanded", "corrected", "seed"])
+    ]
+    report = build_report(rows + data)
+    its = report["iterations"]
+    assert [it["iteration"] for it in its] == [1, 2, 3]
+    assert [it["student"]["multi_call"] for it in its] == [0.0, 0.5, 1.0]
+    assert all(
+        it["teacher"] == {"multi_call": 1.0, "single_call": 1.0, "overall": 1.0} for it in its
+    )
+    assert report["weak_capabilities"] == ["multi_call"]
+    assert its[0]["counts"] == {"seed": 3, "expanded": 0, "corrected": 0, "high_ppl": 0}
+    assert its[1]["counts"] == {"seed": 1, "expanded": 2, "corrected": 1, "high_ppl": 0}
+    assert its[0]["next_counts"] == its[1]["counts"]
+    assert build_report(rows, metric="tool_match")["iterations"][0]["student"]["overall"] == 1.0

@@ -1,0 +1,66 @@
+"""``train_sft`` / ``train_grpo`` as stages: a user error (no rows, no checkpoint to start GRPO
+from) is one clear message; SFT writes a model folder into the stage's artifacts and a warm
+start continues from the needed checkpoint. (The loop's use of them runs in
+tests/integration/test_looptool_pipeline.py.)
+
+Run: PYTHONPATH=. python -m pytest tests/stages/test_train_stages.py -q
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from trajsynth.core import ConfigError, DataError, to_batch
+from trajsynth.envs import EnvFactory
+from trajsynth.stages import Context, ContextSpec, build_stage
+from trajsynth.train.synth import env_maker, gold_trajectory
+
+FACTORY = EnvFactory()
+TASK = next(t for t in FACTORY.example_tasks("travel") if t.task_id == "travel-convert")
+ROW = TASK.to_trajectory(FACTORY.toolset("travel"))
+ROW = ROW.derive(tools=[t for t in ROW.tools if t["function"]["name"] == "convert_currency"])
+TINY = {
+    "hidden_size": 32,
+    "num_layers": 1,
+    "num_heads": 2,
+    "num_kv_heads": 2,
+    "intermediate_size": 64,
+    "vocab_size": 400,
+}
+
+
+def test_train_stages_report_user_errors(tmp_path: Path) -> None:
+    ctx = Context(ContextSpec(stage_id="train", artifacts_dir=str(tmp_path / "a")))
+    with pytest.raises(DataError, match="no trajectories"):
+        list(build_stage("train_sft", {}).process(iter([to_batch([ROW])]), ctx))
+    with pytest.raises(ConfigError, match="needs:"):
+        list(build_stage("train_grpo", {}).process(iter([to_batch([ROW])]), ctx))
+
+
+def test_train_sft_writes_a_checkpoint_and_warm_starts(tmp_path: Path) -> None:
+    gold = gold_trajectory(ROW, env_maker())
+    cfg = {"sft": {"epochs": 1, "tiny": TINY, "max_len": 1024}}
+    first = Context(ContextSpec(stage_id="r1", artifacts_dir=str(tmp_path / "r1")))
+    list(build_stage("train_sft", cfg).process(iter([to_batch([gold] * 4)]), first))
+    assert (tmp_path / "r1" / "config.json").exists() and first.metrics.values["steps"] >= 1
+    second = Context(
+        ContextSpec(
+            stage_id="r2",
+            artifacts_dir=str(tmp_path / "r2"),
+            artifacts_in={"r1": str(tmp_path / "r1")},
+        )
+    )
+    list(
+        build_stage("train_sft", {**cfg, "warm_lr": 1e-3}).process(
+            iter([to_batch([gold] * 4)]), second
+        )
+    )
+    state = json.loads((tmp_path / "r2" / "trajsynth_sft.json").read_text())
+    assert state["config"]["model"] == str(tmp_path / "r1") and state["config"]["lr"] == 1e-3
+    assert second.metrics.values["warm_start"] is True

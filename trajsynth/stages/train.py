@@ -1,0 +1,125 @@
+"""``train_sft`` and ``train_grpo``: the trainer (:mod:`trajsynth.train`) as pipeline stages, so
+a loop can train, probe and train again (LoopTool: π_{j+1} = train(π_j, D_j), warm-started from
+the previous round's checkpoint; METHODS.md §1 "Loop" and "Training").
+
+Both are thin global stages over the trainer's public functions:
+
+1) read every input row (trajectories for SFT; task rows with ground truth for GRPO);
+2) the starting point: the checkpoint of the last stage in ``needs:`` (a warm start), else
+   ``sft.model`` (``tiny``: a fresh student built from the data); a warm-started tiny run
+   keeps the tiny model's learning rate unless ``lr`` says otherwise;
+3) train into the stage's artifacts folder (a transformers model folder that ``gcp``,
+   ``trajsynth eval --model`` and the next round's warm start read);
+4) report the run's figures (steps, losses or rewards, seconds) in the metrics.
+
+They yield no rows: the checkpoint is the artifact, fingerprinted by the runner, so what
+``needs:`` it reruns when it changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pydantic import Field
+
+from ..core.batch import to_records
+from ..core.errors import DataError
+from .base import Context, GlobalStage, Output, StageConfig, register
+
+__all__ = ["TrainGRPO", "TrainGRPOConfig", "TrainSFT", "TrainSFTConfig"]
+
+
+class TrainSFTConfig(StageConfig):
+    sft: dict[str, Any] = Field(
+        default_factory=dict,
+        description="trajsynth.train.sft.SFTConfig fields (model, tiny, epochs, lr, ...).",
+    )
+    warm_lr: float | None = Field(
+        None, gt=0, description="Peak lr of a warm-started run (default: the cold-start one)."
+    )
+    warm_epochs: float | None = Field(
+        None, gt=0, description="Epochs of a warm-started run (default: sft.epochs)."
+    )
+
+
+@register
+class TrainSFT(GlobalStage):
+    """SFT of the student (assistant tokens only); warm-starts from a needed checkpoint."""
+
+    name = "train_sft"
+    Config = TrainSFTConfig
+    makes_artifact = True
+    outputs = ("main",)
+
+    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
+        from ..train.sft import SFTConfig, train_sft
+
+        cfg: TrainSFTConfig = self.config  # type: ignore[assignment]
+        # 1) the rows
+        rows = [r for b in batches for r in to_records(b) if r.messages]
+        if not rows:
+            raise DataError(f"stage {ctx.stage_id!r}: no trajectories to train on")
+        # 2) the starting point
+        sft = SFTConfig.model_validate({"seed": ctx.seed, **cfg.sft})
+        needed = ctx.needed_artifacts()
+        if needed:
+            cold_lr = sft.peak_lr()
+            update: dict[str, Any] = {"model": str(needed[-1]), "lr": cfg.warm_lr or cold_lr}
+            if cfg.warm_epochs is not None:
+                update["epochs"] = cfg.warm_epochs
+            sft = sft.model_copy(update=update)
+        # 3) train into the artifacts folder
+        result = train_sft(rows, ctx.artifacts_dir, sft)
+        # 4) figures
+        ctx.metrics.set("rows", len(rows))
+        ctx.metrics.set("warm_start", bool(needed))
+        for key in ("steps", "seconds", "first_loss", "final_loss", "tokens"):
+            ctx.metrics.set(key, getattr(result, key))
+        yield from ()
+
+
+class TrainGRPOConfig(StageConfig):
+    grpo: dict[str, Any] = Field(
+        default_factory=dict,
+        description="trajsynth.train.grpo.GRPOConfig fields except model (iterations, ...).",
+    )
+
+
+@register
+class TrainGRPO(GlobalStage):
+    """GRPO of the student on task rows from the needed checkpoint (LoopTool's trainer)."""
+
+    name = "train_grpo"
+    Config = TrainGRPOConfig
+    makes_artifact = True
+    outputs = ("main",)
+
+    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
+        from ..core.errors import ConfigError
+        from ..train.grpo import GRPOConfig, train_grpo
+
+        cfg: TrainGRPOConfig = self.config  # type: ignore[assignment]
+        # 1) task rows
+        tasks = [r for b in batches for r in to_records(b) if r.ground_truth is not None]
+        if not tasks:
+            raise DataError(f"stage {ctx.stage_id!r}: no task rows with ground truth")
+        # 2) the starting checkpoint
+        needed = ctx.needed_artifacts()
+        if not needed and "model" not in cfg.grpo:
+            raise ConfigError(
+                f"stage {ctx.stage_id!r}: train_grpo starts from a checkpoint: give `needs:` "
+                "a training stage or `with: {grpo: {model: DIR}}`"
+            )
+        grpo = GRPOConfig.model_validate(
+            {"seed": ctx.seed, **cfg.grpo, **({"model": str(needed[-1])} if needed else {})}
+        )
+        # 3) train
+        result = train_grpo(tasks, ctx.artifacts_dir, grpo)
+        # 4) figures
+        ctx.metrics.set("iterations", result.iterations)
+        ctx.metrics.set("seconds", result.seconds)
+        if result.history:
+            ctx.metrics.set("last", result.history[-1])
+        yield from ()
