@@ -170,24 +170,6 @@ def run_gold(row: Trajectory, gt: GroundTruth, ctx: Context) -> Trajectory | Non
     return traj.derive(messages=system + list(traj.messages))
 
 
-def tool_match(row: Trajectory, messages: Sequence[Message]) -> float:
-    """1.0 when every step calls the gold tools (as a multiset of names, arguments aside) and
-    the step counts agree: tool selection, a coarser view of mastery than the exact match."""
-    from ..train.eval import gold_steps, predicted_steps
-
-    gt = GroundTruth.from_json(row.ground_truth)
-    assert gt is not None
-    gold, pred = gold_steps(gt), predicted_steps(messages)
-    if len(gold) != len(pred):
-        return 0.0
-    for g, p in zip(gold, pred, strict=True):
-        if (g is None) != (p is None):
-            return 0.0
-        if g is not None and sorted(c.name for c in g) != sorted(c.name for c in p or []):
-            return 0.0
-    return 1.0
-
-
 def _first_mismatch(row: Trajectory, messages: Sequence[Message]) -> dict[str, Any]:
     """Step 4: the first step where prediction and gold differ as multisets."""
     from ..envs.verifiers import exact_multiset_reward
@@ -317,7 +299,6 @@ class GCP(GlobalStage):
                     scores["mean_logprob"] = sum(lps) / len(lps)
                     scores["perplexity"] = math.exp(-scores["mean_logprob"])
             messages = [Message.model_validate(m) for m in ep["messages"]]
-            scores["tool_match"] = tool_match(row, messages)
             mastered = scores.get("exact_match", 0.0) == 1.0
             records.append((row, messages, scores, mastered))
         # 5) per-capability accuracy
