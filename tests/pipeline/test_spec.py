@@ -110,6 +110,20 @@ def test_overrides_address_stages_by_id() -> None:
         resolve_pipeline(pipe(RAW), overrides=["stages.raw.with.rows"])
 
 
+def test_overrides_reach_stages_inside_a_loop() -> None:
+    from trajsynth.pipeline.spec import apply_overrides
+
+    train = {"id": "train", "uses": "y", "with": {"sft": {"epochs": 8}}}
+    raw = {
+        "stages": [{"id": "a", "uses": "x"}, {"loop": "round", "iterations": 2, "stages": [train]}]
+    }
+    apply_overrides(raw, [("stages.train.with.sft.epochs", 16), ("stages.round.iterations", 3)])
+    assert raw["stages"][1]["stages"][0]["with"]["sft"]["epochs"] == 16
+    assert raw["stages"][1]["iterations"] == 3
+    with pytest.raises(ConfigError, match=r"ids: \['a', 'round'\]"):
+        apply_overrides(raw, [("stages.zz.with.n", 1)])
+
+
 def test_column_wiring_is_checked_before_running() -> None:
     from pydantic import Field
 

@@ -284,7 +284,8 @@ def parse_overrides(items: list[str] | None) -> list[tuple[str, Any]]:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
-    """Set each dotted key in ``raw``; ``stages.<id>`` addresses a stage by its id."""
+    """Set each dotted key in ``raw``; ``stages.<id>`` addresses a stage by its id (also a
+    stage inside a loop block; ``stages.<loop>`` addresses the loop block itself)."""
     for key, value in overrides:
         parts = key.split(".")
         node: Any = raw
@@ -294,8 +295,16 @@ def apply_overrides(raw: dict[str, Any], overrides: list[tuple[str, Any]]) -> di
                 match = [
                     s for s in node if isinstance(s, dict) and part in (s.get("id"), s.get("loop"))
                 ]
+                if not match:  # a stage inside a loop block, by its own id
+                    match = [
+                        s
+                        for block in node
+                        if isinstance(block, dict) and isinstance(block.get("stages"), list)
+                        for s in block["stages"]
+                        if isinstance(s, dict) and s.get("id") == part
+                    ]
                 if not match:
-                    ids = [s.get("id") for s in node if isinstance(s, dict)]
+                    ids = [s.get("id") or s.get("loop") for s in node if isinstance(s, dict)]
                     raise ConfigError(f"--set {key}: no stage with id {part!r} (ids: {ids})")
                 if last:
                     raise ConfigError(f"--set {key}: cannot replace a whole stage")
