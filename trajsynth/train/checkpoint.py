@@ -23,6 +23,9 @@ CHECKPOINT = "checkpoint"
 
 def save_model(out: Path, model: Any, tokenizer: Any) -> None:
     """Model, generation config and tokenizer as a transformers folder."""
+    from .modeling import quiet_transformers
+
+    quiet_transformers()
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     save_tokenizer(tokenizer, out)

@@ -66,10 +66,20 @@ def has_generation_markers(template: str | None) -> bool:
     return bool(template) and re.search(r"\{%-?\s*generation\s*-?%\}", template or "") is not None
 
 
+def quiet_transformers() -> None:
+    """No per-file progress bars ("Loading weights", "Writing model shards") from
+    transformers: our own progress reports training, and the bars fill run logs."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def load_student(path: str | Path, device: str = "cpu") -> tuple[Any, Any]:
     """(model, tokenizer) from a transformers folder; raises :class:`ConfigError` when the
     folder cannot be loaded or its chat template cannot mark assistant tokens."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    quiet_transformers()
 
     path = Path(path)
     if not (path / "config.json").is_file():
