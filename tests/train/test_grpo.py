@@ -167,7 +167,7 @@ def test_grpo_raises_the_reward_of_a_weak_sft_checkpoint(tmp_path: Path) -> None
     train_sft(gold, tmp_path / "sft", SFTConfig(max_steps=60, batch_size=2, max_len=1024, lr=5e-3))
     cfg = GRPOConfig(
         model=str(tmp_path / "sft"),
-        iterations=12,
+        iterations=8,
         tasks_per_step=6,
         group_size=8,
         lr=1e-3,
