@@ -7,7 +7,12 @@ a model evaluated by another see the same instructions.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "system_prompt"]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .schema import Trajectory
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "conversation_text", "system_prompt"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant that completes the user's requests by calling the tools you "
@@ -22,3 +27,22 @@ def system_prompt(policy: str | None = None, *, base: str = DEFAULT_SYSTEM_PROMP
     """The shared system prompt, followed by a domain's rules when given."""
     policy = (policy or "").strip()
     return f"{base}\n\n{policy}" if policy else base
+
+
+def conversation_text(row: Trajectory, limit: int) -> str:
+    """A trajectory as plain text for an LLM prompt (a judge, a rewriter): one line per user
+    or assistant text, call and tool result, the system prompt left out, cut at ``limit``
+    characters."""
+    lines = []
+    for m in row.messages:
+        if m.role == "system":
+            continue
+        if m.role == "tool":
+            lines.append(f"[result of {m.name or m.tool_call_id}] {m.content or ''}")
+            continue
+        if m.content:
+            lines.append(f"[{m.role}] {m.content}")
+        for c in m.tool_calls:
+            lines.append(f"[call] {c.name}({c.arguments})")
+    text = "\n".join(lines)
+    return text if len(text) <= limit else text[:limit] + " …"

@@ -56,7 +56,7 @@ from pydantic import Field
 
 from ..core.batch import to_batch, to_records
 from ..core.ids import canonical_json, stable_hash, stable_id
-from ..core.prompts import system_prompt
+from ..core.prompts import conversation_text, system_prompt
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
 from ..envs.verifiers.episode import verify_episode
@@ -361,22 +361,6 @@ def _target(
 # --------------------------------------------------------------------------------------
 
 
-def _transcript(row: Trajectory, limit: int) -> str:
-    lines = []
-    for m in row.messages:
-        if m.role == "system":
-            continue
-        if m.role == "tool":
-            lines.append(f"[result of {m.name or m.tool_call_id}] {m.content or ''}")
-            continue
-        if m.content:
-            lines.append(f"[{m.role}] {m.content}")
-        for c in m.tool_calls:
-            lines.append(f"[call] {c.name}({c.arguments})")
-    text = "\n".join(lines)
-    return text if len(text) <= limit else text[:limit] + " …"
-
-
 def _achieved_text(goal: _Goal) -> str:
     lines = [
         f"- calls that achieved it: {[f'{e.call.name}({e.call.arguments})' for e in goal.calls]}"
@@ -503,7 +487,7 @@ class Echo(GlobalStage):
         cfg: EchoConfig = self.config  # type: ignore[assignment]
         row = goal.row
         prompt = (
-            f"Conversation:\n{_transcript(row, cfg.max_transcript_chars)}\n\n"
+            f"Conversation:\n{conversation_text(row, cfg.max_transcript_chars)}\n\n"
             f"Achieved:\n{_achieved_text(goal)}"
         )
         async with sem:

@@ -39,7 +39,10 @@ from typing import Any
 
 from ..envs.base import Environment
 from ..envs.spec import ToolSpec
+from ..envs.verifiers.schema import type_ok
 from ..graph.signature import resolve_field
+
+JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
 
 __all__ = [
     "ExecutedCall",
@@ -278,16 +281,7 @@ def _fits(value: Any, schema: dict[str, Any]) -> bool:
     kinds = [t] if isinstance(t, str) else [x for x in t or [] if isinstance(x, str)]
     if not kinds:
         return True
-    checks = {
-        "string": lambda v: isinstance(v, str),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-        "boolean": lambda v: isinstance(v, bool),
-        "array": lambda v: isinstance(v, list),
-        "object": lambda v: isinstance(v, dict),
-        "null": lambda v: v is None,
-    }
-    if not any(checks.get(k, lambda v: True)(value) for k in kinds):
+    if not any(k not in JSON_TYPES or type_ok(value, k) for k in kinds):  # unknown: no check
         return False
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:

@@ -48,6 +48,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ..core.errors import ConfigError
+from ..core.prompts import conversation_text
 from ..core.schema import Judge, ToolCall, Trajectory
 from ..core.task import GroundTruth
 from ..quality.trace import parse_trace
@@ -131,22 +132,6 @@ def _same_observation(recorded: str, replayed: str) -> bool:
         return json.loads(recorded) == json.loads(replayed)
     except ValueError:
         return False
-
-
-def _conversation_text(row: Trajectory, limit: int) -> str:
-    lines = []
-    for m in row.messages:
-        if m.role == "system":
-            continue
-        if m.role == "tool":
-            lines.append(f"[result of {m.name or m.tool_call_id}] {m.content or ''}")
-            continue
-        if m.content:
-            lines.append(f"[{m.role}] {m.content}")
-        for c in m.tool_calls:
-            lines.append(f"[call] {c.name}({c.arguments})")
-    text = "\n".join(lines)
-    return text if len(text) <= limit else text[:limit] + " …"
 
 
 def _parse_verdict(text: str | None) -> tuple[bool | None, str]:
@@ -325,7 +310,7 @@ class Verify(RowStage):
         )
         prompt = (
             f"Available functions: {tools or '(none)'}\n\nUser request: {row.goal}\n\n"
-            f"Conversation:\n{_conversation_text(row, cfg.judge_max_chars)}"
+            f"Conversation:\n{conversation_text(row, cfg.judge_max_chars)}"
         )
         calls = [{"name": c.name, "arguments": c.parsed_arguments() or {}} for c in row.calls()]
         results = [m.content or "" for m in row.messages if m.role == "tool"]

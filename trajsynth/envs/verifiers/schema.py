@@ -79,7 +79,8 @@ class SchemaIssue:
         return f"{self.category}: {self.message}"
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a Python value (``bool`` is boolean, not integer)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -97,8 +98,9 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _type_ok(value: Any, expected: str) -> bool:
-    actual = _json_type(value)
+def type_ok(value: Any, expected: str) -> bool:
+    """``value`` is of JSON Schema type ``expected`` (an integer is also a number)."""
+    actual = json_type(value)
     return actual == expected or (expected == "number" and actual == "integer")
 
 
@@ -116,13 +118,13 @@ def _check(value: Any, schema: Any, path: str, out: list[SchemaIssue], top: bool
     expected = schema.get("type")
     if expected is not None:
         allowed = expected if isinstance(expected, list) else [expected]
-        if not any(_type_ok(value, t) for t in allowed if isinstance(t, str)):
+        if not any(type_ok(value, t) for t in allowed if isinstance(t, str)):
             want = " or ".join(str(t) for t in allowed)
             out.append(
                 SchemaIssue(
                     "wrong_type",
                     path,
-                    f"{path or 'arguments'} must be {want}, got {_json_type(value)} "
+                    f"{path or 'arguments'} must be {want}, got {json_type(value)} "
                     f"{json.dumps(value, ensure_ascii=False)[:60]}",
                 )
             )
@@ -235,7 +237,7 @@ def check_arguments(spec: ToolSpec | dict[str, Any], arguments: Any) -> list[Sch
             SchemaIssue(
                 "malformed_arguments",
                 "",
-                f"arguments must be a JSON object, got {_json_type(arguments)}",
+                f"arguments must be a JSON object, got {json_type(arguments)}",
             )
         ]
     out: list[SchemaIssue] = []
