@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -24,6 +25,7 @@ pytest.importorskip("transformers")
 from trajsynth.llm.client import reset_clients
 from trajsynth.pipeline import run_pipeline
 from trajsynth.pipeline.spec import load_pipeline
+from trajsynth.stages.looptool import ORIGINS
 from trajsynth.store import read_records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +58,7 @@ def check_report(run: Path, iterations: int) -> dict:
     assert 0.0 < teacher["overall"] <= 1.0  # the simulated teacher solves most probe tasks
     for it in report["iterations"]:
         assert set(it) >= {"iteration", "student", "teacher", "counts", "next_counts"}
-        assert set(it["counts"]) == {"seed", "expanded", "corrected", "high_ppl"}
+        assert set(it["counts"]) == set(ORIGINS)
         assert it["teacher"] == teacher  # the same probe set every iteration
         assert set(it["student"]) <= set(teacher)  # the same capabilities
         assert all(0.0 <= v <= 1.0 for v in it["student"].values())
@@ -69,28 +71,60 @@ def check_report(run: Path, iterations: int) -> dict:
     return report
 
 
+def with_hardgen(path: Path) -> Path:
+    """``pipelines/looptool.yaml`` with the HardGen stage its comment describes switched on
+    (every tool the student and the teacher were probed on counts as a failure API, so that
+    the small run makes hard samples)."""
+    spec = yaml.safe_load(PIPELINE.read_text())
+    loop = next(s for s in spec["stages"] if "loop" in s)
+    names = [s["id"] for s in loop["stages"]]
+    hardgen = {
+        "id": "hardgen",
+        "uses": "hardgen",
+        "from": "fresh",
+        "needs": ["train"],
+        "with": {"checkpoint_role": "student", "probe_roles": ["student", "teacher"],
+                 "tasks": 3, "min_failure_rate": 0.0, "checkpoint_max_tokens": 24},
+    }  # fmt: skip
+    loop["stages"].insert(names.index("next"), hardgen)
+    loop["stages"][names.index("next") + 1]["from"].append("hardgen")
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
 @pytest.mark.slow
 def test_looptool_pipeline_small(tmp_path: Path) -> None:
-    pipe = load_pipeline(PIPELINE, SMALL)
-    result = run_pipeline(pipe, out=tmp_path)
+    """Two rounds, with ECHO (in the pipeline) and HardGen (switched on here) between them."""
+    pipe = load_pipeline(with_hardgen(tmp_path / "looptool.yaml"), SMALL)
+    run = tmp_path / "run"
+    result = run_pipeline(pipe, out=run)
     assert "round2.train" in result.executed and "report" in result.executed
-    report = check_report(tmp_path, 2)
+    assert {"round1.echo", "round1.hardgen", "round2.hardgen"} <= set(result.executed)
+    report = check_report(run, 2)
     # the loop's data: round 1's next dataset mixes origins and is stamped with its round
-    made = read_records(tmp_path / "round1.next")
+    made = read_records(run / "round1.next")
     origins = {r.extra["looptool"]["origin"] for r in made}
-    assert "seed" in origins and origins <= {"seed", "expanded", "corrected", "high_ppl"}
+    assert {"seed", "hard"} <= origins <= set(ORIGINS)
     assert sum(report["iterations"][0]["next_counts"].values()) == len(made)
     for row in made:
         if row.method == "edde":  # expanded samples were executed and keep their parent
             assert row.extra["original_sample"]["id"] in row.parent_ids
             assert any(m.role == "tool" for m in row.messages)
+        if row.method == "hardgen":  # verified hard samples, aimed at probed failures
+            assert row.success and row.extra["hardgen"]["target"]
+        if row.method == "echo":  # hindsight rewrites of the student's failed episodes
+            assert row.success and row.parent_ids
+    # HardGen's student probe was the checkpoint round 1 trained
+    manifest = json.loads((run / "manifest.json").read_text())
+    counters = manifest["stages"]["round1.hardgen"]["metrics"]["counters"]
+    assert counters["llm.student.requests"] > 0
     # warm start: round 2 trains from round 1's checkpoint
-    state = json.loads((tmp_path / "artifacts" / "round2.train" / "trajsynth_sft.json").read_text())
+    state = json.loads((run / "artifacts" / "round2.train" / "trajsynth_sft.json").read_text())
     assert state["config"]["model"].endswith("round1.train")
     # the final dataset and the plot
-    assert read_records(tmp_path / "final")
+    assert read_records(run / "final")
     if _has("matplotlib"):
-        assert (tmp_path / "report.png").stat().st_size > 0
+        assert (run / "report.png").stat().st_size > 0
 
 
 def _has(module: str) -> bool:

@@ -235,3 +235,29 @@ def test_default_simulated_roles_end_to_end() -> None:
         for h in r.extra["hardgen"]["hints"]:
             assert not any(re.search(rf"(?<![\w.]){re.escape(v)}(?!\w)", h, re.I) for v in vals)
         assert 2 <= r.num_tool_calls <= 8 and r.extra["hardgen"]["attempts"] <= 3
+
+
+def test_a_checkpoint_in_needs_plays_the_student_probe(tmp_path) -> None:
+    """In a LoopTool round HardGen probes the student just trained: ``checkpoint_role`` makes
+    that probe the checkpoint named in ``needs:`` (the ``local`` backend). An untrained tiny
+    student fails every tool and the teacher only ``search_flights``: that is the one failure
+    API. Without ``needs:`` the stage says what is missing."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from trajsynth.train.tiny import TinyConfig, build_tiny
+
+    rows = [r for r in example_rows("travel") if r.task_id == "travel-book-cheapest-nonstop"]
+    tiny = TinyConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_layers=1)
+    folder = build_tiny(rows, tmp_path / "student", tiny)
+    ctx = Context(ContextSpec(stage_id="round1.hardgen", artifacts_in={"train": str(folder)}))
+    use_scripted(ctx, "teacher", plays_gold({"search_flights"}))
+    run(rows, ctx, tasks=1, checkpoint_role="student")
+    snap = ctx.metrics.snapshot()
+    assert snap["values"]["failure_apis"] == ["travel.search_flights"]
+    rates = snap["values"]["failure_rates"]
+    assert rates  # the checkpoint's own calls were scored
+    assert snap["counters"]["llm.student.requests"] >= len(rows)  # the local model answered
+    with pytest.raises(ConfigError, match="needs"):
+        run(rows, Context(ContextSpec(stage_id="hg")), checkpoint_role="student")
+    with pytest.raises(ConfigError, match="checkpoint_role"):
+        build_stage("hardgen", {"checkpoint_role": "judge"})

@@ -441,7 +441,44 @@ def test_report_per_iteration_and_capability() -> None:
         it["teacher"] == {"multi_call": 1.0, "single_call": 1.0, "overall": 1.0} for it in its
     )
     assert report["weak_capabilities"] == ["multi_call"]
-    assert its[0]["counts"] == {"seed": 3, "expanded": 0, "corrected": 0, "high_ppl": 0}
-    assert its[1]["counts"] == {"seed": 1, "expanded": 2, "corrected": 1, "high_ppl": 0}
+    zero = dict.fromkeys(("expanded", "corrected", "high_ppl", "hindsight", "hard"), 0)
+    assert its[0]["counts"] == {**zero, "seed": 3}
+    assert its[1]["counts"] == {**zero, "seed": 1, "expanded": 2, "corrected": 1}
     assert its[0]["next_counts"] == its[1]["counts"]
     assert build_report(rows, metric="tool_match")["iterations"][0]["student"]["overall"] == 1.0
+
+
+def test_echo_between_rounds_relabels_the_students_failed_episode_as_hindsight() -> None:
+    """ECHO run between iterations (``echo`` from ``gcp:episodes``): the student looked up the
+    wrong order; that lookup is a goal of its own, rewritten by the simulated rewriter,
+    replayed, and named *hindsight* data by the round boundary. Mastered episodes are skipped."""
+    ctx = Context(ContextSpec(stage_id="round1.gcp", iteration=1))
+    out, _ = gcp_outputs(ctx)
+    episodes = out["episodes"]
+    assert sum(not e.success for e in episodes) == 1  # ORDER
+    ctx = Context(ContextSpec(stage_id="round1.echo", iteration=1))
+    rewritten = run("echo", {}, episodes, ctx)["main"]
+    assert rewritten and all(r.method == "echo" and r.success for r in rewritten)
+    assert ctx.metrics.snapshot()["counters"]["skipped.succeeded"] == 3
+    failed = next(e for e in episodes if not e.success)
+    for r in rewritten:
+        assert r.parent_ids == [failed.id]
+        calls = [c for m in r.messages if m.role == "assistant" for c in m.tool_calls or []]
+        assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+            ("get_order", {"order_id": "#W1004"})
+        ]
+    ctx = Context(ContextSpec(stage_id="round1.next", iteration=1))
+    nxt = run("looptool", {}, [*rewritten, MILES], ctx)["main"]
+    assert Counter(r.extra["looptool"]["origin"] for r in nxt) == {
+        "hindsight": len(rewritten),
+        "seed": 1,
+    }
+    assert ctx.metrics.snapshot()["values"]["counts.hindsight"] == len(rewritten)
+
+
+def test_round_boundary_names_hardgen_rows_hard() -> None:
+    from trajsynth.stages.looptool import origin_of
+
+    assert origin_of(CONVERT.derive(method="hardgen")) == "hard"
+    assert origin_of(CONVERT.derive(method="echo")) == "hindsight"
+    assert origin_of(CONVERT) == "seed"

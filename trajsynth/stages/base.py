@@ -311,6 +311,23 @@ class Context:
                 self._llm_views[role] = view
             return view
 
+    def use_checkpoint(self, role: str, folder: Path, **settings: Any) -> Any:
+        """Make ``ctx.llm(role)`` the transformers model in ``folder`` (``backend: local``),
+        e.g. the student a ``needs:`` stage just trained, for a stage that plays LLM roles;
+        ``settings`` are other :class:`~trajsynth.llm.base.RoleConfig` fields. Nothing is
+        cached: the checkpoint changes from one round to the next."""
+        from ..llm.base import RoleConfig
+        from ..llm.client import LLMClient, RoleClient
+        from ..llm.local import LocalBackend
+
+        config = RoleConfig.model_validate(
+            {**settings, "backend": "local", "model": str(folder), "cache": False}
+        )
+        view = RoleClient(LLMClient(role, config, LocalBackend(config), None), self.metrics)
+        with self._lock:
+            self._llm_views[role] = view
+        return view
+
     @property
     def envs(self) -> Any:
         """The environment factory (``ctx.envs.make(domain, seed=...)``)."""

@@ -10,7 +10,9 @@ verified trajectories:
    gold call counts as failed for its tool when no call of the rollout matches it (BFCL
    semantics) with a result that is not an error. A tool is a *failure API* when every probe
    fails it at a rate of at least ``min_failure_rate`` over at least ``min_attempts`` calls
-   (HardGen: "both produce wrong execution results");
+   (HardGen: "both produce wrong execution results"). With ``checkpoint_role``, that probe
+   is the checkpoint of the stage named in ``needs:`` (in a LoopTool round: the student
+   just trained), played by the ``local`` backend;
 2) the dynamic API graph: the function-signature graph of each domain's tools
    (:func:`~trajsynth.graph.build_graph`: typed data-flow edges, prerequisite edges for
    required ids; parameter types from the schemas), refined by execution feedback — a feed
@@ -60,9 +62,10 @@ from typing import Any
 
 import networkx as nx
 import pyarrow as pa
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..core.batch import to_batch, to_records
+from ..core.errors import ConfigError
 from ..core.ids import stable_id
 from ..core.prompts import system_prompt
 from ..core.schema import Message, Trajectory
@@ -117,6 +120,14 @@ class HardGenConfig(StageConfig):
         default_factory=lambda: ["student", "teacher"],
         description="Probe policies (at least two), e.g. the current student and the teacher.",
     )
+    checkpoint_role: str | None = Field(
+        None,
+        description="A probe role played by the checkpoint of the stage named in `needs:` "
+        "(e.g. the student a LoopTool round just trained) instead of its `llm:` settings.",
+    )
+    checkpoint_max_tokens: int = Field(
+        128, ge=1, description="checkpoint_role: tokens generated per turn at most."
+    )
     probe_rollouts: int = Field(1, ge=1, le=16, description="Rollouts per task per probe.")
     min_failure_rate: float = Field(
         0.5, ge=0, le=1, description="A failure API: every probe fails it at least this often."
@@ -150,6 +161,15 @@ class HardGenConfig(StageConfig):
         if len(set(v)) < 2:
             raise ValueError("HardGen needs at least two different probe roles")
         return v
+
+    @model_validator(mode="after")
+    def _checkpoint_probes(self) -> HardGenConfig:
+        if self.checkpoint_role is not None and self.checkpoint_role not in self.probe_roles:
+            raise ValueError(
+                f"checkpoint_role {self.checkpoint_role!r} is not one of probe_roles "
+                f"{self.probe_roles}"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------------------
@@ -490,6 +510,16 @@ class HardGen(GlobalStage):
         cfg: HardGenConfig = self.config  # type: ignore[assignment]
         tasks = [r for r in rows if r.ground_truth is not None and r.domain in ctx.envs.domains()]
         ctx.metrics.inc("probe_tasks", len(tasks))
+        if cfg.checkpoint_role is not None:
+            needed = ctx.needed_artifacts()
+            if not needed:
+                raise ConfigError(
+                    f"stage {ctx.stage_id!r}: checkpoint_role {cfg.checkpoint_role!r} is "
+                    "played by a checkpoint: give `needs:` a training stage"
+                )
+            ctx.use_checkpoint(
+                cfg.checkpoint_role, needed[-1], max_tokens=cfg.checkpoint_max_tokens
+            )
         # 1) failure statistics
         stats = await self._probe(ctx, tasks)
         failing = stats.failure_apis(cfg.min_failure_rate, cfg.min_attempts)

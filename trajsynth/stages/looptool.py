@@ -4,13 +4,15 @@ arXiv:2511.09148; METHODS.md §1 "Loop"): the next round's dataset
     D_{j+1} = D_ES ∪ D_EE ∪ H_j ∪ D_seed_new
 
 from EDDE's expanded samples (D_ES), JGLV's relabelled samples (D_EE), GCP's high-perplexity
-mastered samples (H_j) and fresh seed samples (for diversity). The loop itself is a pipeline
-``loop:`` block (``pipelines/looptool.yaml``): train → ``gcp`` → ``jglv`` → ``edde`` →
-``looptool``, the model and the data carried from one iteration to the next.
+mastered samples (H_j) and fresh seed samples (for diversity) — plus, when the pipeline runs
+them between iterations, ECHO's hindsight rewrites of the student's failed episodes and
+HardGen's hard samples. The loop itself is a pipeline ``loop:`` block
+(``pipelines/looptool.yaml``): train → ``gcp`` → ``jglv`` → ``edde`` (→ ``echo``,
+``hardgen``) → ``looptool``, the model and the data carried from one iteration to the next.
 
 1) read every input row and name its origin from its provenance: ``edde`` rows are
-   *expanded*, ``jglv`` rows *corrected*, rows GCP marked ``hard`` *high_ppl*, all others
-   *seed*;
+   *expanded*, ``jglv`` rows *corrected*, rows GCP marked ``hard`` *high_ppl*, ``echo`` rows
+   *hindsight*, ``hardgen`` rows *hard*, all others *seed*;
 2) one new row per distinct input (first one wins), stamped with this iteration:
    ``extra["looptool"] = {"origin", "iteration"}``, a new id (the same sample may come back in
    a later round as a new row of that round) and ``iteration``; GCP's, JGLV's and EDDE's
@@ -32,7 +34,7 @@ from .base import Context, GlobalStage, Output, StageConfig, register
 
 __all__ = ["ORIGINS", "LoopToolRound", "origin_of"]
 
-ORIGINS = ("seed", "expanded", "corrected", "high_ppl")
+ORIGINS = ("seed", "expanded", "corrected", "high_ppl", "hindsight", "hard")
 
 
 def origin_of(row: Trajectory) -> str:
@@ -41,6 +43,10 @@ def origin_of(row: Trajectory) -> str:
         return "expanded"
     if row.method == "jglv":
         return "corrected"
+    if row.method == "echo":
+        return "hindsight"
+    if row.method == "hardgen":
+        return "hard"
     if ((row.extra or {}).get("gcp") or {}).get("status") == "hard":
         return "high_ppl"
     return "seed"
@@ -48,7 +54,8 @@ def origin_of(row: Trajectory) -> str:
 
 @register
 class LoopToolRound(GlobalStage):
-    """LoopTool round boundary: next data = expanded ∪ corrected ∪ high-PPL ∪ fresh seed."""
+    """LoopTool round boundary: next data = expanded ∪ corrected ∪ high-PPL ∪ fresh seed
+    (∪ ECHO hindsight ∪ HardGen hard, when configured)."""
 
     name = "looptool"
     Config = StageConfig
