@@ -482,3 +482,24 @@ def test_round_boundary_names_hardgen_rows_hard() -> None:
     assert origin_of(CONVERT.derive(method="hardgen")) == "hard"
     assert origin_of(CONVERT.derive(method="echo")) == "hindsight"
     assert origin_of(CONVERT) == "seed"
+
+
+def test_failure_context_with_a_call_without_arguments() -> None:
+    """GCP stores the context before a mismatch without defaults, so a call with no
+    arguments has no ``arguments`` key; JGLV's and EDDE's transcripts still show it (a
+    student calling ``list_values()`` first used to crash the round)."""
+    from trajsynth.core.schema import Message, ToolCall
+    from trajsynth.stages.looptool_edde import _original
+    from trajsynth.stages.looptool_jglv import _conversation
+
+    context = [
+        m.model_dump(exclude_defaults=True)
+        for m in (
+            Message(role="user", content="What have I stored?"),
+            Message(role="assistant", tool_calls=[ToolCall(id="c0", name="list_values")]),
+            Message(role="tool", tool_call_id="c0", content='{"names": []}'),
+        )
+    ]
+    assert "arguments" not in context[1]["tool_calls"][0]
+    assert "list_values" in _conversation(context)
+    assert "list_values" in _original({"context": context})

@@ -40,7 +40,7 @@ from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
 from .base import Context, Emit, GlobalStage, Output, StageConfig, register
-from .looptool_gcp import calls_json, run_gold, step_text
+from .looptool_gcp import calls_json, context_calls, run_gold, step_text
 
 __all__ = ["EDDE", "VARIATIONS", "EDDEConfig", "parse_generation"]
 
@@ -137,9 +137,7 @@ def _original(info: dict[str, Any]) -> str:
     for m in info.get("context") or []:
         if m.get("role") in ("user", "assistant") and (m.get("content") or m.get("tool_calls")):
             if m.get("tool_calls"):
-                body = step_text(
-                    [{"name": c["name"], "arguments": c["arguments"]} for c in m["tool_calls"]]
-                )
+                body = step_text(context_calls(m))
             else:
                 body = str(m["content"])
             lines.append(f"{m['role'].upper()}\n{body}")

@@ -56,6 +56,7 @@ __all__ = [
     "GCPConfig",
     "RolePolicy",
     "calls_json",
+    "context_calls",
     "locate_step",
     "run_gold",
     "step_text",
@@ -107,6 +108,15 @@ def calls_json(step: Sequence[Any] | None) -> list[dict[str, Any]] | str:
                     args = json.loads(args)
             out.append({"name": name, "arguments": args})
     return out
+
+
+def context_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calls of an assistant message of a failure's ``context`` as ``{name, arguments}``
+    (the context is dumped without defaults, so a call with no arguments has no key)."""
+    return [
+        {"name": c["name"], "arguments": c.get("arguments", "{}")}
+        for c in message.get("tool_calls") or []
+    ]
 
 
 def step_text(step: list[dict[str, Any]] | str | None, content: str | None = None) -> str:

@@ -42,7 +42,7 @@ from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GroundTruth
 from .base import Context, Emit, GlobalStage, Output, StageConfig, register
-from .looptool_gcp import locate_step, run_gold, step_text
+from .looptool_gcp import context_calls, locate_step, run_gold, step_text
 
 __all__ = ["JGLV", "VERDICTS", "JGLVConfig", "multiset_key", "parse_verdict"]
 
@@ -119,9 +119,7 @@ def _conversation(context: list[dict[str, Any]]) -> str:
         if role == "system":
             continue
         if m.get("tool_calls"):
-            body = step_text(
-                [{"name": c["name"], "arguments": c["arguments"]} for c in m["tool_calls"]]
-            )
+            body = step_text(context_calls(m))
         else:
             body = str(m.get("content") or "")
         lines.append(f"{role.upper()}: {body}")
