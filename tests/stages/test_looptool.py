@@ -406,7 +406,7 @@ def test_two_rounds_with_a_student_that_learns() -> None:
 
 
 def test_report_per_iteration_and_capability() -> None:
-    from trajsynth.stages.looptool_report import build_report
+    from trajsynth.stages.looptool_report import _markdown, build_report
 
     def episode(i: int, policy: str, set_: str, it: int, cap: str, ok: bool) -> Trajectory:
         return CONVERT.derive(
@@ -446,6 +446,11 @@ def test_report_per_iteration_and_capability() -> None:
     assert its[1]["counts"] == {**zero, "seed": 1, "expanded": 2, "corrected": 1}
     assert its[0]["next_counts"] == its[1]["counts"]
     assert build_report(rows, metric="tool_match")["iterations"][0]["student"]["overall"] == 1.0
+    # a capability only the training data has is flagged, and the table says it has no probe
+    rows.append(episode(i + 1, "student", "data", 1, "parallel_calls", False))
+    report = build_report(rows + data)
+    assert report["weak_capabilities"] == ["multi_call", "parallel_calls"]
+    assert "multi_call, parallel_calls (no probe task)." in _markdown(report)
 
 
 def test_echo_between_rounds_relabels_the_students_failed_episode_as_hindsight() -> None:

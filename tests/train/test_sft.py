@@ -118,6 +118,16 @@ class _Crash(RecordingProgress):
             raise KeyboardInterrupt
 
 
+def test_step_budget_caps_epochs_but_never_adds_steps(tmp_path: Path) -> None:
+    """16 conversations, 2 per batch: 8 steps an epoch. A budget of 5 stops 2 epochs at 5;
+    a budget of 50 leaves 1 epoch at its 8."""
+    rows = _rows()
+    cfg = SFTConfig(tiny=TINY, epochs=2, batch_size=2, max_len=512, pack=False, step_budget=5)
+    assert train_sft(rows, tmp_path / "capped", cfg).steps == 5
+    cfg = cfg.model_copy(update={"epochs": 1, "step_budget": 50})
+    assert train_sft(rows, tmp_path / "uncapped", cfg).steps == 8
+
+
 def test_resume_continues_where_it_stopped(tmp_path: Path) -> None:
     rows = _rows()
     cfg = SFTConfig(tiny=TINY, max_steps=5, batch_size=2, max_len=512, save_every=2)

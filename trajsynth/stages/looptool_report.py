@@ -122,9 +122,14 @@ def build_report(
 
 def _markdown(report: dict[str, Any]) -> str:
     its = report["iterations"]
-    weak = ", ".join(report["weak_capabilities"]) or "none"
     caps = sorted(
         {c for it in its for c in it["student"]} | {c for it in its for c in it["teacher"]}
+    )
+    weak = (
+        ", ".join(
+            c if c in caps else f"{c} (no probe task)" for c in report["weak_capabilities"]
+        )
+        or "none"
     )
     lines = [
         "# LoopTool report",

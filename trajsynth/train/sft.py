@@ -61,6 +61,12 @@ class SFTConfig(StrictModel):
     max_steps: int | None = Field(
         default=None, ge=1, description="Stop after this many optimizer steps (overrides epochs)."
     )
+    step_budget: int | None = Field(
+        default=None,
+        ge=1,
+        description="At most this many optimizer steps: epochs decide unless they need more "
+        "(a compute budget, e.g. for a loop whose data grows every round).",
+    )
     lr: float | None = Field(
         default=None,
         gt=0,
@@ -215,6 +221,8 @@ def train_sft(
     per_epoch = len(first)
     total_micro = max(1, round(cfg.epochs * per_epoch))
     total_steps = cfg.max_steps or math.ceil(total_micro / cfg.grad_accum)
+    if cfg.step_budget is not None:
+        total_steps = min(total_steps, cfg.step_budget)
     total_micro = total_steps * cfg.grad_accum
 
     # 3-4) optimizer
