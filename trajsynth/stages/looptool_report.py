@@ -126,9 +126,7 @@ def _markdown(report: dict[str, Any]) -> str:
         {c for it in its for c in it["student"]} | {c for it in its for c in it["teacher"]}
     )
     weak = (
-        ", ".join(
-            c if c in caps else f"{c} (no probe task)" for c in report["weak_capabilities"]
-        )
+        ", ".join(c if c in caps else f"{c} (no probe task)" for c in report["weak_capabilities"])
         or "none"
     )
     lines = [
