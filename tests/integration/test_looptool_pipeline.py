@@ -127,6 +127,45 @@ def test_looptool_pipeline_small(tmp_path: Path) -> None:
         assert (run / "report.png").stat().st_size > 0
 
 
+def with_grpo(path: Path) -> Path:
+    """``pipelines/looptool.yaml`` configured as its comment says for LoopTool's own trainer:
+    an SFT warm-up before the loop, and GRPO (binary exact-match reward) in every round,
+    warm-started from the last checkpoint."""
+    spec = yaml.safe_load(PIPELINE.read_text())
+    stages = spec["stages"]
+    at = next(i for i, s in enumerate(stages) if "loop" in s)
+    loop = stages[at]
+    train = next(s for s in loop["stages"] if s["id"] == "train")
+    stages.insert(at, {"id": "warmup", "uses": "train_sft", "from": "seed_split",
+                       "with": {k: v for k, v in train["with"].items() if k == "sft"}})  # fmt: skip
+    loop["carry"]["model"]["init"] = "warmup"
+    train["uses"] = "train_grpo"
+    train["with"] = {"grpo": {"iterations": 2, "tasks_per_step": 4, "group_size": 2,
+                              "rollout": {"max_steps": 3, "max_new_tokens": 24}}}  # fmt: skip
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+def test_looptool_pipeline_with_grpo_rounds(tmp_path: Path) -> None:
+    """The loop trains with GRPO when configured: round 1 starts from the SFT warm-up, round
+    2 from round 1's GRPO checkpoint; GCP probes each."""
+    small = [o.replace("stages.round.stages.train.with.", "stages.warmup.with.") for o in SMALL]
+    small = [o for o in small if "warm_epochs" not in o]
+    pipe = load_pipeline(with_grpo(tmp_path / "looptool.yaml"), small)
+    run = tmp_path / "run"
+    result = run_pipeline(pipe, out=run)
+    assert {"warmup", "round1.train", "round2.train", "report"} <= set(result.executed)
+    manifest = json.loads((run / "manifest.json").read_text())
+    for k in (1, 2):
+        assert manifest["stages"][f"round{k}.train"]["metrics"]["values"]["iterations"] == 2
+    state = json.loads((run / "artifacts" / "round2.train" / "trajsynth_grpo.json").read_text())
+    assert state["config"]["model"].endswith("round1.train")
+    state = json.loads((run / "artifacts" / "round1.train" / "trajsynth_grpo.json").read_text())
+    assert state["config"]["model"].endswith("warmup")
+    check_report(run, 2)
+
+
 def _has(module: str) -> bool:
     try:
         __import__(module)
