@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field
 
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GroundTruth
-from .rollout import Episode, Policy, RolloutConfig, rollout
+from .rollout import Episode, Policy, RolloutConfig, run_rollouts
 
 __all__ = [
     "METRICS",
@@ -224,12 +224,11 @@ def evaluate(
 ) -> EvalReport:
     """Roll ``policy`` out once on every task (greedy unless ``cfg`` says otherwise) and score
     each episode (module docstring)."""
-    import asyncio
     import time
 
     cfg = cfg or RolloutConfig(temperature=0.0)
     t0 = time.perf_counter()
-    episodes = asyncio.run(rollout(rows, policy, make_env, cfg, samples=1, seed=seed))
+    episodes = run_rollouts(rows, policy, make_env, cfg, samples=1, seed=seed)
     for ep in episodes:
         ep.scores.update(score_episode(ep.row, ep.messages, make_env))
         ep.scores["steps"] = float(ep.steps)

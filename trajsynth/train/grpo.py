@@ -34,7 +34,6 @@ matches (LoopTool: one step).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import math
@@ -57,7 +56,7 @@ from .eval import RewardConfig, episode_reward, score_episode
 from .losses import aggregate, clipped_surrogate, kl_k3
 from .modeling import autocast, load_student, resolve_device, resolve_dtype, selected_logprobs
 from .progress import NullProgress, Progress
-from .rollout import Episode, LocalPolicy, RolloutConfig, rollout
+from .rollout import Episode, LocalPolicy, RolloutConfig, run_rollouts
 
 __all__ = ["PAPER", "GRPOConfig", "GRPOResult", "train_grpo"]
 
@@ -288,8 +287,8 @@ def train_grpo(
         t0 = time.perf_counter()
         rows = task_batch(it)
         model.eval()
-        episodes = asyncio.run(
-            rollout(rows, policy, make_env, cfg.rollout, samples=cfg.group_size, seed=cfg.seed + it)
+        episodes = run_rollouts(
+            rows, policy, make_env, cfg.rollout, samples=cfg.group_size, seed=cfg.seed + it
         )
         t_rollout = time.perf_counter() - t0
         # 2-3) rewards and advantages

@@ -455,5 +455,14 @@ def run_rollouts(
     samples: int = 1,
     seed: int = 0,
 ) -> list[Episode]:
-    """:func:`rollout` from synchronous code."""
-    return asyncio.run(rollout(rows, policy, make_env, cfg, samples=samples, seed=seed))
+    """:func:`rollout` from synchronous code, in a loop of its own; the HTTP connections an
+    endpoint policy (e.g. :class:`ClientPolicy`) opened on that loop are closed with it."""
+    from ..llm.client import aclose
+
+    async def main() -> list[Episode]:
+        try:
+            return await rollout(rows, policy, make_env, cfg, samples=samples, seed=seed)
+        finally:
+            await aclose()
+
+    return asyncio.run(main())
