@@ -36,9 +36,7 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,26 +46,12 @@ sys.path.insert(0, str(REPO))
 
 from trajsynth.core import to_batch, to_records  # noqa: E402
 from trajsynth.llm import reset_clients  # noqa: E402
+from trajsynth.llm.server import spawn_server  # noqa: E402
 from trajsynth.stages import Context, ContextSpec, Emit, build_stage  # noqa: E402
 from trajsynth.stages.base import _LoopThread  # noqa: E402
 
 LIMITS = (32, 64)  # requests in flight allowed; the first is the figure of record
 LATENCY_MS = 200
-
-
-def start_server() -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "trajsynth", "serve", "--backend", "sim", "--port", "0",
-           "--latency-ms", str(LATENCY_MS)]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
-    line: list[str] = []
-    t = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-    t.start()
-    t.join(60)
-    if not line or "listening on" not in line[0]:
-        proc.kill()
-        raise SystemExit(f"server did not start: {line}")
-    return proc, line[0].strip().split("listening on ", 1)[1]
 
 
 class Sampler:
@@ -156,15 +140,11 @@ def main() -> None:
     per_domain = 8 if args.quick else 24
     load = os.getloadavg()
     runs: list[tuple[str, int, dict[str, Any]]] = [("in-process", 0, run({}, per_domain, False))]
-    proc, base_url = start_server()
-    try:
+    with spawn_server("--backend", "sim", "--latency-ms", str(LATENCY_MS)) as server:
         for c in LIMITS:
-            role = {"backend": "openai", "base_url": base_url, "model": f"sim-c{c}",
+            role = {"backend": "openai", "base_url": server.base_url, "model": f"sim-c{c}",
                     "max_concurrency": c, "send_metadata": True, "cache": False}  # fmt: skip
             runs.append(("http", c, run({"query_writer": role, "teacher": role}, per_domain, True)))
-    finally:
-        proc.terminate()
-        proc.wait()
     print(
         f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (cpus: {os.cpu_count()})"
     )

@@ -32,10 +32,8 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trajsynth.llm import aclose, client_for_role, reset_clients  # noqa: E402
+from trajsynth.llm.server import ServeProcess, spawn_server  # noqa: E402
 
 
 @dataclass
@@ -74,36 +73,6 @@ def _proc_cpu(pid: int) -> float:
     """utime + stime of a process, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def start_server(latency_ms: int) -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trajsynth",
-            "serve",
-            "--backend",
-            "sim",
-            "--port",
-            "0",
-            "--latency-ms",
-            str(latency_ms),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
-    line: list[str] = []
-    t = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-    t.start()
-    t.join(60)
-    if not line or "listening on" not in line[0]:
-        proc.kill()
-        raise SystemExit(f"server did not start: {line}")
-    return proc, line[0].strip().split("listening on ", 1)[1]
 
 
 async def _closed_loop(send, inflight: int, per_worker: int, tag: str) -> int:
@@ -172,14 +141,14 @@ def run_sdk(base_url: str, inflight: int, per_worker: int) -> tuple:
 
 def measure(
     name: str,
-    proc: subprocess.Popen,
-    base_url: str,
+    server: ServeProcess,
     inflight: int,
     latency_s: float,
     per_worker: int,
     cache_dir: str,
     run: int,
 ) -> Result:
+    proc, base_url = server.proc, server.base_url
     s0 = _proc_cpu(proc.pid)
     if name == "ours":
         # every request distinct (run index in the text): the cache stores, never answers
@@ -203,17 +172,12 @@ def main() -> None:
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for inflight, latency_ms, per_worker in scenarios:
-            proc, base_url = start_server(latency_ms)
-            try:
+            args = ("--backend", "sim", "--latency-ms", str(latency_ms))
+            with spawn_server(*args) as server:
                 for run, name in enumerate(("sdk", "ours", "sdk", "ours")):
                     results.append(
-                        measure(
-                            name, proc, base_url, inflight, latency_ms / 1000, per_worker, tmp, run
-                        )
+                        measure(name, server, inflight, latency_ms / 1000, per_worker, tmp, run)
                     )
-            finally:
-                proc.terminate()
-                proc.wait()
 
     def best(name: str, inflight: int) -> Result:
         runs = [r for r in results if r.name == name and r.inflight == inflight]

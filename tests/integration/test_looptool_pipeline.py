@@ -9,11 +9,6 @@ Run: PYTHONPATH=. python -m pytest tests/integration/test_looptool_pipeline.py -
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,6 +18,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from trajsynth.llm.client import reset_clients
+from trajsynth.llm.server import spawn_server
 from trajsynth.pipeline import run_pipeline
 from trajsynth.pipeline.spec import load_pipeline
 from trajsynth.stages.looptool import ORIGINS
@@ -179,69 +175,39 @@ def _has(module: str) -> bool:
 # --------------------------------------------------------------------------------------
 
 
-def _serve() -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trajsynth", "serve", "--backend", "sim", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
-    line: list[str] = []
-    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    reader.join(120)
-    if not line or "listening on" not in line[0]:
-        proc.kill()
-        raise RuntimeError(f"trajsynth serve did not start: {line}")
-    return proc, line[0].strip().split("listening on ", 1)[1]
-
-
 @pytest.mark.slow
 def test_looptool_pipeline_against_served_simulator(tmp_path: Path) -> None:
-    proc, base_url = _serve()
+    reset_clients()
     try:
-        reset_clients()
-        llm = [
-            "defaults.llm.*.backend=openai",
-            f"defaults.llm.*.base_url={base_url}",
-            "defaults.llm.*.model=sim",
-            "defaults.llm.*.api_key=none",
-            "defaults.llm.*.send_metadata=true",
-        ]
-        overrides = [*SMALL, "stages.round.iterations=1", *llm]
-        result = run_pipeline(load_pipeline(PIPELINE, overrides), out=tmp_path)
-        assert "report" in result.executed
-        check_report(tmp_path, 1)
-        host = base_url.rsplit("/v1", 1)[0]
-        with urllib.request.urlopen(f"{host}/metrics", timeout=10) as r:
-            seen = json.loads(r.read())
-        assert seen["chat_requests"] > 0
-        # every LLM stage sent its requests over HTTP (the client counts them per role)
-        manifest = json.loads((tmp_path / "manifest.json").read_text())
-        http = {
-            key.split(".")[1]
-            for state in manifest["stages"].values()
-            for key, n in (state.get("metrics") or {}).get("counters", {}).items()
-            if key.endswith(".http_requests") and n > 0
-        }
-        assert {"query_writer", "teacher"} <= http, http
-        assert (
-            sum(
-                (state.get("metrics") or {}).get("counters", {}).get(f"llm.{role}.http_requests", 0)
-                for state in manifest["stages"].values()
-                for role in ("query_writer", "teacher", "judge", "expander")
-            )
-            <= seen["chat_requests"]
-        )
+        with spawn_server("--backend", "sim") as server:
+            base_url = server.base_url
+            llm = [
+                "defaults.llm.*.backend=openai",
+                f"defaults.llm.*.base_url={base_url}",
+                "defaults.llm.*.model=sim",
+                "defaults.llm.*.api_key=none",
+                "defaults.llm.*.send_metadata=true",
+            ]
+            overrides = [*SMALL, "stages.round.iterations=1", *llm]
+            result = run_pipeline(load_pipeline(PIPELINE, overrides), out=tmp_path)
+            assert "report" in result.executed
+            check_report(tmp_path, 1)
+            seen = server.metrics()
+            assert seen["chat_requests"] > 0
+            # every LLM stage sent its requests over HTTP (the client counts them per role)
+            manifest = json.loads((tmp_path / "manifest.json").read_text())
+            counters = [
+                (st.get("metrics") or {}).get("counters", {}) for st in manifest["stages"].values()
+            ]
+            http = {
+                k.split(".")[1]
+                for c in counters
+                for k, n in c.items()
+                if k.endswith(".http_requests") and n > 0
+            }
+            assert {"query_writer", "teacher"} <= http, http
+            roles = ("query_writer", "teacher", "judge", "expander")
+            sent = sum(c.get(f"llm.{r}.http_requests", 0) for c in counters for r in roles)
+            assert sent <= seen["chat_requests"]
     finally:
         reset_clients()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()

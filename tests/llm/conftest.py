@@ -7,83 +7,24 @@ and a tokenizer trained on a few lines (nothing is downloaded).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import threading
-import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from trajsynth.llm.client import reset_clients
+from trajsynth.llm.server import ServeProcess, spawn_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-@dataclass
-class Server:
-    """A running `trajsynth serve`."""
-
-    proc: subprocess.Popen[str]
-    host: str
-    port: int
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
-
-    def metrics(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://{self.host}:{self.port}/metrics", timeout=10) as r:
-            return json.loads(r.read())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def start_server(*args: str, timeout: float = 120.0) -> Server:
-    """Start ``trajsynth serve --port 0 ARGS`` and wait until it listens."""
-    env = dict(
-        os.environ, PYTHONPATH=str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trajsynth", "serve", "--host", "127.0.0.1", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-    )
-    line: list[str] = []
-    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    reader.join(timeout)
-    if not line or "listening on" not in line[0]:
-        proc.kill()
-        err = proc.stderr.read() if proc.stderr else ""  # type: ignore[union-attr]
-        raise RuntimeError(f"trajsynth serve did not start: {line} {err[-2000:]}")
-    hostport = line[0].strip().split("http://", 1)[1].split("/", 1)[0]
-    host, port = hostport.rsplit(":", 1)
-    return Server(proc=proc, host=host, port=int(port))
-
-
 @pytest.fixture
-def serve() -> Iterator[Callable[..., Server]]:
+def serve() -> Iterator[Callable[..., ServeProcess]]:
     """``serve("--latency-ms", "5")`` starts a server; all are stopped after the test."""
-    started: list[Server] = []
+    started: list[ServeProcess] = []
 
-    def _start(*args: str) -> Server:
-        server = start_server(*args)
+    def _start(*args: str) -> ServeProcess:
+        server = spawn_server(*args)
         started.append(server)
         return server
 

@@ -255,7 +255,10 @@ def test_a_checkpoint_in_needs_plays_the_student_probe(tmp_path) -> None:
     snap = ctx.metrics.snapshot()
     assert snap["values"]["failure_apis"] == ["travel.search_flights"]
     rates = snap["values"]["failure_rates"]
-    assert rates  # the checkpoint's own calls were scored
+    # the untrained checkpoint failed every gold call of the task: four tools, each 1 of 1
+    assert rates["student"] == {
+        f"travel.{t}": [1, 1] for t in ("find_user", "search_flights", "get_user", "book_flight")
+    }
     assert snap["counters"]["llm.student.requests"] >= len(rows)  # the local model answered
     with pytest.raises(ConfigError, match="needs"):
         run(rows, Context(ContextSpec(stage_id="hg")), checkpoint_role="student")

@@ -59,7 +59,7 @@ def serve(
 ) -> None:
     """Serve /v1/chat/completions and /v1/models (plus /metrics) over sim or a local model."""
     from ..llm.base import RoleConfig
-    from ..llm.server import Latency, ServerOptions
+    from ..llm.server import READY_LINE, Latency, ServerOptions
     from ..llm.server import serve as run_server
 
     if backend == "sim":
@@ -97,7 +97,7 @@ def serve(
     )
 
     def ready(bound_host: str, bound_port: int) -> None:
-        print(f"listening on http://{bound_host}:{bound_port}/v1", flush=True)
+        print(f"{READY_LINE}http://{bound_host}:{bound_port}/v1", flush=True)
         sys.stdout.flush()
 
     run_server(engine, options, host=host, port=port, use_uvloop=uvloop, on_ready=ready)

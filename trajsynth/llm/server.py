@@ -38,7 +38,15 @@ from ..core.errors import ConfigError, EndpointError
 from .base import Backend, BackendReply, ChatRequest
 from .parsing import parse_output
 
-__all__ = ["ChatServer", "Latency", "ServerOptions", "serve"]
+__all__ = [
+    "READY_LINE",
+    "ChatServer",
+    "Latency",
+    "ServeProcess",
+    "ServerOptions",
+    "serve",
+    "spawn_server",
+]
 
 _REASONS = {
     200: "OK",
@@ -483,3 +491,76 @@ def serve(
         except ImportError:
             pass
     asyncio.run(main())
+
+
+# --------------------------------------------------------------------------------------
+# a server in a subprocess (tests, benchmarks, scripts)
+# --------------------------------------------------------------------------------------
+
+#: what ``trajsynth serve`` prints, followed by its base URL, once it accepts requests
+READY_LINE = "listening on "
+
+
+@dataclass
+class ServeProcess:
+    """A ``trajsynth serve`` running in a subprocess (see :func:`spawn_server`)."""
+
+    proc: Any  # subprocess.Popen[str]
+    base_url: str  # http://HOST:PORT/v1
+
+    def metrics(self) -> dict[str, Any]:
+        """The server's ``/metrics`` counters."""
+        import urllib.request
+
+        url = self.base_url.rsplit("/v1", 1)[0] + "/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> ServeProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def spawn_server(*args: str, host: str = "127.0.0.1", timeout: float = 120.0) -> ServeProcess:
+    """Start ``trajsynth serve --host HOST --port 0 ARGS`` (a free port) in a subprocess of
+    this interpreter and wait until it listens; its stderr is in the error if it does not.
+    ``with spawn_server("--backend", "sim") as server: ... server.base_url``."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding the package
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trajsynth", "serve", "--host", host, "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    reader.join(timeout)
+    if not line or READY_LINE not in line[0]:
+        proc.kill()
+        err = proc.stderr.read() if proc.stderr else ""  # type: ignore[union-attr]
+        raise RuntimeError(f"trajsynth serve did not start: {line} {err[-2000:]}")
+    # stderr is not read while it runs: keep it from filling the pipe
+    threading.Thread(target=proc.stderr.read, daemon=True).start()  # type: ignore[union-attr]
+    return ServeProcess(proc=proc, base_url=line[0].strip().split(READY_LINE, 1)[1])
