@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ...core.jsonvalues import json_type
 from ...core.schema import ToolCall, Trajectory
 from ..spec import Toolset, ToolSpec
 
@@ -77,25 +78,6 @@ class SchemaIssue:
 
     def __str__(self) -> str:
         return f"{self.category}: {self.message}"
-
-
-def json_type(value: Any) -> str:
-    """The JSON Schema type name of a Python value (``bool`` is boolean, not integer)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def type_ok(value: Any, expected: str) -> bool:
