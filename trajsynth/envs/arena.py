@@ -2,7 +2,7 @@
 is computed from the package alone (Tian et al. 2026, "ASTRA: Automated Synthesis of agentic
 Trajectories and Reinforcement Arenas", arXiv:2601.21558; code ``LianjiaTech/astra``, the
 arena item ``{uuid, main_question, decomposition_trace, env_result{... tool_document,
-tool_call_statement, code, tool_call_ans}}``; METHODS.md §6b and §10).
+tool_call_statement, code, tool_call_ans}}``).
 
 A package (:class:`ArenaPackage`, JSON on disk) holds:
 
@@ -32,7 +32,8 @@ LLM, no network:
 2) ``recall`` = solved ÷ sub-goals; ``precision`` = calls that solved a sub-goal ÷ calls made
    (extra and repeated calls lower it);
 3) the reward is their F1 (0 when nothing is solved). ASTRA's exact formula is not published
-   (METHODS.md: "F1-style ... precision penalises excess tool calls"); this is that F1.
+   (the paper describes an F1-style reward whose precision penalises excess tool calls);
+   this is that F1.
 
 :class:`ArenaEnvironment` runs a package as an :class:`~trajsynth.envs.Environment` (offered
 tools only; ``builtin`` delegates to the domain, ``code`` runs each call in the sandbox and

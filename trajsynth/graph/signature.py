@@ -1,5 +1,5 @@
 """The function-signature graph of a toolset (Magnet, Yin et al. 2025, arXiv:2503.07826, §3.1
-"local dependency graph"; METHODS.md §2 step 2).
+"local dependency graph", step 2 of the method).
 
 Nodes are the functions, their parameters and their return fields; an edge runs from a return
 field of one function to a parameter of another where the value can flow: the field's output

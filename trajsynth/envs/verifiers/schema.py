@@ -8,7 +8,8 @@ its JSON text), it returns every problem as data, one :class:`SchemaIssue` each:
 - ``malformed_arguments``: the arguments are not a JSON object;
 - ``missing_required``: a required parameter is absent;
 - ``wrong_type``: a value's JSON type is not the declared one (``integer`` takes no floats and
-  no booleans, ``number`` takes integers; as in BFCL's checker, FORMATS.md §3.1 step 4);
+  no booleans, ``number`` takes integers; as in BFCL's AST checker,
+  ``bfcl_eval/eval_checker/ast_eval/ast_checker.py``);
 - ``extra_parameter``: a parameter the tool does not declare (top level always; nested
   objects when ``additionalProperties`` is false);
 - ``enum_violation``: a value outside ``enum``;
