@@ -22,7 +22,7 @@ coherence score the filter needs, with every weight configurable (:class:`ScoreW
    c) *answer grounded*: whether the assistant's text after the first successful tool result
       mentions at least one value those results returned (1 when no tool returned a value).
 
-Definitions the texts leave open, fixed here:
+Definitions the reference rules leave open, fixed here:
 
 - a *step* is an assistant message. A step with calls is complete when it has a thought
   (non-empty ``reasoning``, or text ``content`` next to the calls) and every call got a tool
