@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +46,7 @@ class Rules:
     ranks: dict[str, int]  # layer (subpackage or module of the package, or __init__) → rank
     machinery: frozenset[str]  # top-level names under <package>.stages
     common: frozenset[str]
+    excepted: dict[str, frozenset[str]] = field(default_factory=dict)  # lower layers barred
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,14 @@ def _cells(line: str) -> list[str]:
 def parse_rules(text: str) -> Rules:
     """The layer table and the stages table of docs/architecture.md."""
     ranks: dict[str, int] = {}
+    excepted: dict[str, frozenset[str]] = {}
     for line in _section(text, "Layers"):
         cells = _cells(line) if line.startswith("|") else []
         if cells and cells[0].isdigit():
+            _, _, barred = cells[3].partition(" except ")
             for name in re.findall(r"`([\w.]+)`", cells[1]):
                 ranks[name] = int(cells[0])
+                excepted[name] = frozenset(re.findall(r"`([\w.]+)`", barred))
     parts: dict[str, frozenset[str]] = {}
     for line in _section(text, "Stages"):
         cells = _cells(line) if line.startswith("|") else []
@@ -83,7 +87,7 @@ def parse_rules(text: str) -> Rules:
     assert ranks, "docs/architecture.md: no rows in the table under '## Layers'"
     assert parts.get("machinery"), "docs/architecture.md: no 'machinery' row under '## Stages'"
     assert parts.get("common helpers"), "docs/architecture.md: no 'common helpers' row"
-    return Rules(ranks, parts["machinery"], parts["common helpers"])
+    return Rules(ranks, parts["machinery"], parts["common helpers"], excepted)
 
 
 def _module_name(path: Path, root: Path) -> tuple[str, bool]:
@@ -152,6 +156,9 @@ def check(root: Path, rules: Rules, allowed: Iterable[tuple[str, str]] = ()) -> 
                 f"to {dst} (rank {rules.ranks[dst]})"
             )
             continue
+        if dst in rules.excepted.get(src, ()):
+            problems.append(f"{where} {imp.imported}: layer {src} may not import {dst}")
+            continue
         a, b = _stage_unit(imp.importer, package), _stage_unit(imp.imported, package)
         if a is None or b is None or a == b or b in helpers:
             continue
@@ -168,7 +175,7 @@ def check(root: Path, rules: Rules, allowed: Iterable[tuple[str, str]] = ()) -> 
 
 def _rules() -> Rules:
     rules = parse_rules(ARCHITECTURE.read_text(encoding="utf-8"))
-    return Rules(rules.ranks, rules.machinery, rules.common | PENDING_COMMON)
+    return Rules(rules.ranks, rules.machinery, rules.common | PENDING_COMMON, rules.excepted)
 
 
 def test_the_package_keeps_the_layer_rules() -> None:
@@ -244,14 +251,22 @@ def test_a_planted_upward_import_fails(tmp_path: Path) -> None:
             "envs/spec.py": "import trajsynth.llm.client\n",
             "llm/__init__.py": "",
             "llm/client.py": "",
+            # down, but barred: a stage never opens files
+            "stages/echo.py": "from .common import episode_row\nfrom ..store import shards\n",
+            "store/__init__.py": "",
+            "store/shards.py": "",
         },
     )
     problems = check(root, parse_rules(ARCHITECTURE.read_text(encoding="utf-8")))
-    assert len(problems) == 3, problems
+    assert len(problems) == 4, problems
     assert problems[0].startswith("trajsynth/core/schema.py:3: trajsynth.core.schema imports")
     assert "trajsynth.cli: up from core (rank 0) to cli (rank 6)" in problems[0]
     assert "core/sub/m.py:3" in problems[1] and "trajsynth.stages.context: up" in problems[1]
     assert "trajsynth.llm.client: sideways from envs (rank 1) to llm (rank 1)" in problems[2]
+    assert problems[3] == (
+        "trajsynth/stages/echo.py:2: trajsynth.stages.echo imports trajsynth.store.shards: "
+        "layer stages may not import store"
+    )
 
 
 def test_a_planted_method_to_method_import_fails(tmp_path: Path) -> None:
@@ -296,6 +311,6 @@ def test_the_table_says_what_each_layer_may_import() -> None:
         cells = _cells(line) if line.startswith("|") else []
         if not cells or not cells[0].isdigit():
             continue
-        rank, may = int(cells[0]), cells[3]
+        rank, may = int(cells[0]), cells[3].partition(" except ")[0]
         expected = {0: "nothing of ours", 1: "rank 0"}.get(rank, f"ranks 0-{rank - 1}")
         assert may in (expected, "every layer"), (rank, may)
