@@ -14,7 +14,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["json_fields", "json_leaves", "json_type"]
+__all__ = ["JSON_TYPE_NAMES", "json_fields", "json_leaves", "json_type"]
+
+#: Python type → JSON Schema type name, in the order to test them (``bool`` before ``int``);
+#: ``None`` is named by :func:`json_type`'s ``null`` parameter.
+JSON_TYPE_NAMES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "object"),
+)
 
 
 def json_type(value: Any, *, null: str = "null") -> str:
@@ -29,18 +40,9 @@ def json_type(value: Any, *, null: str = "null") -> str:
     """
     if value is None:
         return null
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
+    for kind, name in JSON_TYPE_NAMES:
+        if isinstance(value, kind):
+            return name
     return type(value).__name__
 
 

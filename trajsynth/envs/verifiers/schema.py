@@ -33,7 +33,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ...core.jsonvalues import json_type
 from ...core.schema import ToolCall, Trajectory
@@ -58,15 +58,7 @@ Category = Literal[
     "enum_violation",
     "constraint_violation",
 ]
-SCHEMA_CATEGORIES: tuple[str, ...] = (
-    "unknown_tool",
-    "malformed_arguments",
-    "missing_required",
-    "wrong_type",
-    "extra_parameter",
-    "enum_violation",
-    "constraint_violation",
-)
+SCHEMA_CATEGORIES: tuple[str, ...] = get_args(Category)
 
 
 @dataclass(frozen=True)
