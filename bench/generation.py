@@ -1,7 +1,7 @@
 """Generation throughput against an LLM served over HTTP: tasks synthesized per second and
 rollouts per second, and how well the pipeline keeps the endpoint busy.
 
-What it measures (issue 7): ``trajsynth serve --backend sim`` runs on loopback with a fixed
+What it measures: ``trajsynth serve --backend sim`` runs on loopback with a fixed
 200 ms latency; the roles ``query_writer`` and ``teacher`` talk to it through the real
 OpenAI-compatible client (``backend: openai``, ``send_metadata: true`` so the served
 simulator reads the requests' metadata, cache off, ``max_concurrency`` C). Then

@@ -1,6 +1,6 @@
 """LLM client throughput at the concurrency limit, and its CPU cost next to the bare SDK.
 
-What it measures (issue 4): against ``trajsynth serve --backend sim`` on loopback with a fixed
+What it measures: against ``trajsynth serve --backend sim`` on loopback with a fixed
 latency L, a closed loop of C workers (C requests always in flight) is run
 
   (a) C = 64,  L = 200 ms

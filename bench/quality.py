@@ -16,7 +16,7 @@
    session and one query per row) with the same permutations and the same bands; and the
    near-duplicate pairs each finds after exact verification.
 
-Targets (issue 5): the 1M pass ≤ 60 s on 2 cores; MinHash ≥ 10× datasketch. The last line is
+Targets: the 1M pass ≤ 60 s on 2 cores; MinHash ≥ 10× datasketch. The last line is
 one JSON object with the figures.
 """
 

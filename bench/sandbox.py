@@ -12,7 +12,7 @@ must not cost a Python start-up per execution. Measured, in one run:
 - warm: executions on a warm pool of one worker per CPU, one at a time (latency) and with
   two threads per worker (throughput, executions/s).
 
-Targets (issue 3): >= 500 isolated executions/s warm on 2 cores; cold <= 20 ms. Each
+Targets: >= 500 isolated executions/s warm on 2 cores; cold <= 20 ms. Each
 available isolation kind is measured; the JSON's top-level figures are for the kind
 ``auto`` picks. Nothing here is a test: it prints a table, then one JSON line.
 

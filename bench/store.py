@@ -5,7 +5,7 @@ cutting, fsync, atomic rename, content fingerprint) against one `pyarrow.parquet
 call, and rows/s of streaming it back with `iter_batches` (version check per file) against
 `pyarrow.parquet.read_table`, for all columns and for a 3-column projection. Both sides use
 the same compression. Each figure is the best of several repetitions, to keep other load on
-the machine out of the ratio. Target (issue 2): ratio >= 0.9 on write and read.
+the machine out of the ratio. Target: ratio >= 0.9 on write and read.
 
 Run: python bench/store.py [--rows 200000]
 The last line is one JSON object with the figures.

@@ -1,4 +1,4 @@
-"""Arena packages (METHODS.md §10, ASTRA row) on BFCL's ``math_api``: code for ``add`` and
+"""Arena packages (ASTRA, arXiv:2601.21558) on BFCL's ``math_api``: code for ``add`` and
 ``multiply`` is accepted only when the sandbox reproduces the gold outputs (tampered code is
 rejected at packing); the reward comes from the package alone — full solve 1, half solved
 recall 0.5, extra calls precision < 1, dependencies in order — in a process with no network

@@ -1,4 +1,4 @@
-"""Graph operations (METHODS.md §10, Magnet row): on a tiny graph (``get_distance`` →
+"""Graph operations (Magnet, arXiv:2503.07826; docs/methods.md): on a tiny graph (``get_distance`` →
 ``convert_unit``) with fixed seeds the walk is a valid path, Merge at p = 1 yields multi-call
 turns, Insert adds the nested ``convert_unit``, Split yields a clarify turn; MAGNIFY and
 CONNECT give legal paths that are not single edges; every operation keeps legality.

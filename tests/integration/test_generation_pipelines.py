@@ -42,7 +42,7 @@ def test_pipeline_runs_offline(name: str, tmp_path: Path) -> None:
     if name == "tsr":
         plain = read_records(result.output("plain"))
         assert sum(r.success for r in rows) >= sum(r.success for r in plain)
-    # the pipelines end with issue 5's verify (an independent replay) and filter
+    # the pipelines end with verify (an independent replay) and filter
     verified = read_records(result.output("verified"))
     assert len(verified) == len(rows)
     if name in ("rejection", "magnet"):  # rows kept as successes pass the replay too

@@ -1,7 +1,7 @@
 r"""``trajsynth import``: bring trajectories written by others into trajsynth shards.
 
     trajsynth import tau-trajectories \
-        ../shared/external/tau-bench/historical_trajectories/gpt-4o-airline.json --out data/tau
+        tau-bench/historical_trajectories/gpt-4o-airline.json --out data/tau
 """
 
 from __future__ import annotations

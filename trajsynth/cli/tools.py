@@ -1,7 +1,7 @@
 """``trajsynth tools``: import tool specifications written by others, look at toolsets, and
 build their function-signature graph.
 
-    trajsynth tools import ../shared/external/bfcl/BFCL_v4_simple_python.json --format bfcl \\
+    trajsynth tools import bfcl/BFCL_v4_simple_python.json --format bfcl \\
         --out toolset.json
     trajsynth tools show toolset.json            # a table of tools; import failures listed
     trajsynth tools show travel --tool book_flight   # a built-in domain; one tool in full

@@ -2,7 +2,7 @@
 (`schemas/trajectory.schema.json`) are both generated.
 
 A row is one trajectory (or one task: a row whose ``messages`` are still empty). Columns, in
-DESIGN.md's groups:
+groups (docs/architecture.md, "The trajectory record"):
 
 - identity: ``id`` (a hash of the inputs that produced the row), ``schema_version``
 - task: ``task_id``, ``goal``, ``domain``, ``capabilities``, ``ground_truth`` (JSON)

@@ -2,7 +2,7 @@
 is computed from the package alone (Tian et al. 2026, "ASTRA: Automated Synthesis of agentic
 Trajectories and Reinforcement Arenas", arXiv:2601.21558; code ``LianjiaTech/astra``, the
 arena item ``{uuid, main_question, decomposition_trace, env_result{... tool_document,
-tool_call_statement, code, tool_call_ans}}``; METHODS.md §6b and §10).
+tool_call_statement, code, tool_call_ans}}``).
 
 A package (:class:`ArenaPackage`, JSON on disk) holds:
 
@@ -32,7 +32,8 @@ LLM, no network:
 2) ``recall`` = solved ÷ sub-goals; ``precision`` = calls that solved a sub-goal ÷ calls made
    (extra and repeated calls lower it);
 3) the reward is their F1 (0 when nothing is solved). ASTRA's exact formula is not published
-   (METHODS.md: "F1-style ... precision penalises excess tool calls"); this is that F1.
+   (the paper describes an F1-style reward whose precision penalises excess tool calls);
+   this is that F1.
 
 :class:`ArenaEnvironment` runs a package as an :class:`~trajsynth.envs.Environment` (offered
 tools only; ``builtin`` delegates to the domain, ``code`` runs each call in the sandbox and
@@ -55,6 +56,7 @@ from pydantic import Field, ValidationError
 from ..core.config import StrictModel
 from ..core.errors import DataError
 from ..core.ids import canonical_json, stable_hash, stable_id
+from ..core.jsonvalues import json_leaves
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GroundTruth
 from .base import Environment, EnvSnapshot, ToolResult
@@ -412,18 +414,15 @@ class ArenaEnvironment(Environment):
 # --------------------------------------------------------------------------------------
 
 
-def _leaves(value: Any, out: list[str]) -> list[str]:
-    if isinstance(value, dict):
-        for v in value.values():
-            _leaves(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            _leaves(v, out)
-    elif isinstance(value, str) and len(value) >= 2:
-        out.append(value)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= 10:
-        out.append(canonical_json(value))
-    return out
+def _values(value: Any) -> set[str]:
+    """The leaves of a JSON value that can tie a call's argument to an earlier call's output:
+    strings of 2+ characters, and numbers of magnitude 10 or more (as canonical JSON)."""
+    return {
+        v if isinstance(v, str) else canonical_json(v)
+        for v in json_leaves(value)
+        if (isinstance(v, str) and len(v) >= 2)
+        or (isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) >= 10)
+    }
 
 
 def _dependencies(gt: GroundTruth, calls: list[GoldCall]) -> list[list[int]]:
@@ -438,9 +437,9 @@ def _dependencies(gt: GroundTruth, calls: list[GoldCall]) -> list[list[int]]:
                 deps[i].add(j)
     else:
         for i, c in enumerate(calls):
-            mine = set(_leaves(c.arguments, []))
+            mine = _values(c.arguments)
             for j in range(i):
-                if mine & set(_leaves(calls[j].output, [])):
+                if mine & _values(calls[j].output):
                     deps[i].add(j)
     return [sorted(d) for d in deps]
 

@@ -1,4 +1,4 @@
-"""The environment interface (DESIGN.md, "Backends"): ``reset`` / ``step`` /
+"""The environment interface (docs/architecture.md, "Backends"): ``reset`` / ``step`` /
 ``format_observation``, plus the cheap ``snapshot`` / ``restore`` / ``state_hash`` / ``diff``
 that search, repair and RL methods need.
 

@@ -1,6 +1,7 @@
 """Operations on function-signature paths: the seeded random walk, MAGNIFY and CONNECT, and
-Magnet's Merge, Insert and Split (Yin et al. 2025, arXiv:2503.07826, §3.2; METHODS.md §2
-steps 3-4 and its note on MAGNIFY/CONNECT). One function each, every one preserving legality.
+Magnet's Merge, Insert and Split (Yin et al. 2025, arXiv:2503.07826, §3.2, steps 3-4;
+MAGNIFY and CONNECT as docs/methods.md describes them). One function each, every one
+preserving legality.
 
 A *path* is a list of :class:`PathCall` in execution order; a call's :class:`Binding` says
 which parameter takes which return field of which earlier call (by ``uid``). A *function

@@ -1,5 +1,5 @@
 """The function-signature graph of a toolset (Magnet, Yin et al. 2025, arXiv:2503.07826, §3.1
-"local dependency graph"; METHODS.md §2 step 2).
+"local dependency graph", step 2 of the method).
 
 Nodes are the functions, their parameters and their return fields; an edge runs from a return
 field of one function to a parameter of another where the value can flow: the field's output
@@ -66,6 +66,7 @@ import numpy as np
 from pydantic import Field
 
 from ..core.config import StrictModel
+from ..core.jsonvalues import json_type
 from ..envs.spec import Toolset, ToolSpec
 
 __all__ = [
@@ -311,25 +312,11 @@ def _types(schema: Any) -> tuple[str, ...]:
         for alt in schema.get(key) or []:
             found += [x for x in _types(alt) if x != UNTYPED]
     if not found and "enum" in schema:
-        found = sorted({_json_type(v) for v in schema["enum"]})
+        found = sorted({json_type(v, null="string") for v in schema["enum"]})
     found = [x.lower() for x in found if x and x.lower() != "null"]
     aliases = {"float": "number", "int": "integer", "dict": "object", "tuple": "array"}
     found = [aliases.get(x, x) for x in found]
     return tuple(dict.fromkeys(found)) or (UNTYPED,)
-
-
-def _json_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "number"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    return "string"
 
 
 def _nullable(schema: dict[str, Any]) -> bool:

@@ -1,5 +1,5 @@
 """Difficulty balancing: stratified sampling to a target mix (30% easy / 50% medium / 20% hard
-by default, METHODS.md §11), spread across domains and diversity clusters.
+by default, the reference mix), spread across domains and diversity clusters.
 
 1) **plan** (:func:`plan_mix`): the requested size ``N`` (default: every labelled row) is
    split over the buckets by the mix with the largest-remainder method, so the targets add up

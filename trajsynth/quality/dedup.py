@@ -19,7 +19,7 @@ of replies. The steps, in the order :func:`dedup` runs them:
    become candidates, with the fewest false positives below it; 15 × 8 for 0.85 and 128);
    rows whose band values agree in any band are candidate pairs;
 5) **verification**: a candidate pair is a near duplicate when the *exact* Jaccard similarity
-   of the two shingle sets is ≥ ``threshold`` (0.85 by default, the brief's rule), so the
+   of the two shingle sets is ≥ ``threshold`` (0.85 by default, the reference rule), so the
    outcome does not depend on MinHash's estimation error, only on LSH recall (≈1 at the
    threshold with the default 128 permutations). Only candidates whose signatures agree on
    at least ``threshold − 0.15`` of their values are checked exactly (the estimate's standard

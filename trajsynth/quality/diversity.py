@@ -1,7 +1,7 @@
 """Diversity: embed each trajectory, cluster with k-means, summarise the clusters.
 
-The course text measures strategy diversity by clustering trajectory embeddings: several
-clusters mean several strategies (METHODS.md §11). The steps:
+Strategy diversity is measured by clustering trajectory embeddings: several clusters mean
+several strategies (the quality rules in docs/methods.md). The steps:
 
 1) **text** (:func:`trajectory_texts`): the goal, then the action skeleton (``goal | a b c``),
    so two trajectories cluster together when they ask similar things *and* act alike;

@@ -1,4 +1,4 @@
-"""The reference filter (METHODS.md §11): named, switchable rules, evaluated on whole columns.
+"""The reference filter (docs/methods.md, "Quality"): named, switchable rules, on whole columns.
 
 A row is dropped when any enabled rule says so. The rules, in the order used to attribute a
 dropped row to one rule (its *first* failing rule):
@@ -11,8 +11,8 @@ dropped row to one rule (its *first* failing rule):
    unchanged, an answer that ignores what the tools returned);
 3) ``too_easy``: a success in fewer than ``min_turns`` (2) assistant turns;
 4) ``inefficient``: a success with more than ``max_calls`` (8) tool calls;
-5) ``low_quality``: ``quality_score < min_quality`` (0.7; the simple pipeline example of the
-   brief uses 0.6);
+5) ``low_quality``: ``quality_score < min_quality`` (0.7; the reference's simple pipeline
+   example uses 0.6);
 6) ``unsuccessful`` (off by default): ``success`` is not true.
 
 Rows that were never scored still get a fair hearing: a missing ``quality_score`` is computed
@@ -54,7 +54,7 @@ class FilterRules(StrictModel):
     inefficient: bool = Field(True, description="Drop successes with more than max_calls calls.")
     low_quality: bool = Field(True, description="Drop rows whose quality is below min_quality.")
     unsuccessful: bool = Field(False, description="Drop rows that did not succeed.")
-    min_quality: float = Field(0.7, ge=0, le=1, description="Quality threshold (brief: 0.7).")
+    min_quality: float = Field(0.7, ge=0, le=1, description="Quality threshold (reference: 0.7).")
     min_coherence: float = Field(0.5, ge=0, le=1, description="Coherence threshold.")
     min_turns: int = Field(2, ge=0, description="Successes need at least this many turns.")
     max_calls: int = Field(8, ge=0, description="Successes may make at most this many calls.")

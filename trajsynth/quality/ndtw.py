@@ -1,6 +1,6 @@
 """Action distances and STeCa's nDTW deviation weight (Wang et al. 2025, "STeCa: Step-level
-Trajectory Calibration for LLM Agent Learning", arXiv:2502.14276, ACL Findings; METHODS.md §5
-steps 3 and 6; code ``data_collection/data_explored_alfworld.py::plan_ndtw``).
+Trajectory Calibration for LLM Agent Learning", arXiv:2502.14276, ACL Findings, steps 3
+and 6; code ``data_collection/data_explored_alfworld.py::plan_ndtw``).
 
 STeCa compares two action sequences (the chosen continuation and the rejected one) with a
 normalised dynamic time warping distance and turns it into a per-sample training weight:

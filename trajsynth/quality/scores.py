@@ -1,6 +1,6 @@
-"""Quality scores and rewards of one trajectory, as pure functions (METHODS.md §11).
+"""Quality scores and rewards of one trajectory, as pure functions (docs/methods.md, "Quality").
 
-The brief's course texts define three numbers; trajsynth computes all of them, plus the
+The reference rules define three numbers; trajsynth computes all of them, plus the
 coherence score the filter needs, with every weight configurable (:class:`ScoreWeights`):
 
 1) **reference quality score** = ``0.5 · efficiency + 0.5 · completeness`` with
@@ -22,7 +22,7 @@ coherence score the filter needs, with every weight configurable (:class:`ScoreW
    c) *answer grounded*: whether the assistant's text after the first successful tool result
       mentions at least one value those results returned (1 when no tool returned a value).
 
-Definitions the texts leave open, fixed here:
+Definitions the reference rules leave open, fixed here:
 
 - a *step* is an assistant message. A step with calls is complete when it has a thought
   (non-empty ``reasoning``, or text ``content`` next to the calls) and every call got a tool
@@ -75,7 +75,7 @@ __all__ = [
 
 
 class ScoreWeights(StrictModel):
-    """Every weight of the scores, with the brief's values as defaults."""
+    """Every weight of the scores, with the reference values as defaults."""
 
     efficiency_per_call: float = Field(
         0.1, ge=0, description="Efficiency lost per tool call: max(0, 1 − this × calls)."

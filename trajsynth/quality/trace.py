@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.ids import canonical_json
+from ..core.jsonvalues import json_leaves
 
 __all__ = [
     "Call",
@@ -85,9 +86,7 @@ def leaf_values(value: Any) -> list[str | float]:
     ['paris', 1.0, 2.5, 'hat136']
     """
     out: list[str | float] = []
-    stack = [value]
-    while stack:
-        v = stack.pop()
+    for v in json_leaves(value):
         if isinstance(v, bool) or v is None:
             continue
         if isinstance(v, (int, float)):
@@ -96,10 +95,6 @@ def leaf_values(value: Any) -> list[str | float]:
             s = v.strip().casefold()
             if len(s) >= 2:
                 out.append(s)
-        elif isinstance(v, dict):
-            stack.extend(reversed(list(v.values())))
-        elif isinstance(v, (list, tuple)):
-            stack.extend(reversed(v))
     return out
 
 

@@ -56,6 +56,7 @@ from pydantic import Field
 
 from ..core.batch import to_batch, to_records
 from ..core.ids import canonical_json, stable_hash, stable_id
+from ..core.jsonvalues import json_leaves
 from ..core.prompts import conversation_text, system_prompt
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
@@ -183,21 +184,16 @@ class GoalMemory:
 def _leaves(value: Any, out: set[str]) -> set[str]:
     """Scalar values of a JSON value that can identify something (strings of 2+ characters,
     numbers other than 0-9), as canonical JSON."""
-    if isinstance(value, dict):
-        for v in value.values():
-            _leaves(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            _leaves(v, out)
-    elif isinstance(value, str):
-        if len(value.strip()) >= 2:
-            out.add(canonical_json(value.strip()))
-    elif (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and not (isinstance(value, int) and 0 <= value <= 9)
-    ):
-        out.add(canonical_json(value))
+    for v in json_leaves(value):
+        if isinstance(v, str):
+            if len(v.strip()) >= 2:
+                out.add(canonical_json(v.strip()))
+        elif (
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and not (isinstance(v, int) and 0 <= v <= 9)
+        ):
+            out.add(canonical_json(v))
     return out
 
 

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.jsonvalues import json_fields
 from ..envs.base import Environment
 from ..envs.spec import ToolSpec
 from ..envs.verifiers.schema import type_ok
@@ -89,20 +90,6 @@ class ExecutedCall:
     executed: bool = True  # False: a function the task will not offer (arguments only)
 
 
-def _leaves(value: Any, name: str | None, out: dict[str, list[Any]]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _leaves(v, k, out)
-    elif isinstance(value, list):
-        if name is not None and value and all(not isinstance(v, (dict, list)) for v in value):
-            out.setdefault(name, []).append(value)
-        for v in value:
-            if isinstance(v, dict):
-                _leaves(v, None, out)
-    elif name is not None and value is not None and value != "":
-        out.setdefault(name, []).append(value)
-
-
 def _flat(record: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in record.items():
@@ -126,7 +113,12 @@ class ValuePool:
                 continue
             for rec in rows.values():
                 if isinstance(rec, dict):
-                    _leaves(rec, None, self.by_name)
+                    for k, v in json_fields(rec):  # scalars and lists of scalars, by name
+                        if isinstance(v, list):
+                            if v and not any(isinstance(x, (dict, list)) for x in v):
+                                self.by_name.setdefault(k, []).append(v)
+                        elif not isinstance(v, dict) and v is not None and v != "":
+                            self.by_name.setdefault(k, []).append(v)
                     self.records.append(_flat(rec))
         for k, vals in self.by_name.items():
             self.by_name[k] = _dedup(vals)

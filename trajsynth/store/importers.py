@@ -1,6 +1,7 @@
 """Importers of trajectories written by others into trajsynth rows.
 
-tau-bench historical trajectories (``shared/external/tau-bench``, FORMATS.md §1.2): each run is
+tau-bench historical trajectories (sierra-research/tau-bench,
+``historical_trajectories/``): each run is
 ``{task_id, trial, reward, info: {task: {user_id, actions: [{name, kwargs}], instruction,
 outputs}, reward_info}, traj: OpenAI chat messages}``. :func:`tau_trajectories` turns each
 into one row:

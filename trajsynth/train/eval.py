@@ -140,7 +140,8 @@ def score_episode(
 
 
 class RewardConfig(BaseModel):
-    """The GRPO reward (METHODS.md §1 and §11)."""
+    """The GRPO reward: LoopTool's binary exact match by default (arXiv:2511.09148), with the
+    reference reward's efficiency and format terms (docs/methods.md, "Quality") optional."""
 
     kind: Literal["exact_match", "call_match", "state_match", "tool_match"] = Field(
         default="exact_match",

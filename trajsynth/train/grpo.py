@@ -2,8 +2,8 @@
 
 GRPO: Shao et al. 2024, "DeepSeekMath" (arXiv 2402.03300, §4.1). GiGPO: Feng et al. 2025,
 "Group-in-Group Policy Optimization for LLM Agent Training" (arXiv 2505.10978). Settings
-follow LoopTool's verl run (METHODS.md §1): G rollouts per task, binary exact-match reward,
-clip 0.2 / 0.28, no KL.
+follow LoopTool's verl run (arXiv:2511.09148, ``grpotool/train_grpo_qwen.sh``): G rollouts
+per task, binary exact-match reward, clip 0.2 / 0.28, no KL.
 
 Each iteration:
 
@@ -11,7 +11,7 @@ Each iteration:
    epoch) and play ``group_size`` (G) episodes of each against the real environments,
    concurrently, sampling at ``rollout.temperature`` (:mod:`.rollout`; token ids as generated);
 2) score every episode with the shared verifiers (:mod:`.eval`): by default LoopTool's binary
-   exact-match reward; the efficiency and format terms of METHODS.md §11 are configurable
+   exact-match reward; the efficiency and format terms of the reference reward are configurable
    (:class:`~trajsynth.train.eval.RewardConfig`). The reward is given at the last step
    (sparse), so a step's discounted return is γ^{T−1−t}·R;
 3) advantages per group of G (:mod:`.advantages`): GRPO's (r − mean)/std, or GiGPO's episode

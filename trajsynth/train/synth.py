@@ -1,7 +1,7 @@
 """Training and evaluation tasks made from the built-in domains' example tasks by varying their
 values, and the gold trajectories that solve them.
 
-A small stand-in for task synthesis (issue 7), so the trainer's tests, benchmarks and demos
+A small stand-in for task synthesis (``magnet_tasks``), so the trainer's tests, benchmarks and demos
 have hundreds of executable tasks today. Steps for one variant of an authored example task:
 
 1) slots: each literal value of a gold call (a string or number, never a reference to an

@@ -1,5 +1,5 @@
 """Layered verification of a played episode, in APIGen's order (Liu et al. 2024,
-arXiv:2406.18518, §3.2: format → execution → semantics; METHODS.md §7), with tau-bench's final
+arXiv:2406.18518, §3.2: format → execution → semantics), with tau-bench's final
 state as the first semantic check.
 
 An episode (:class:`~trajsynth.envs.episode.EpisodeResult`) has already run its calls in a

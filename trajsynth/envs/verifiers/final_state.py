@@ -1,7 +1,7 @@
 """Final-state verification as tau-bench does it, and "required outputs appear in the answer".
 
-tau-bench (Yao et al. 2024, arXiv:2406.12045; ``tau_bench/envs/base.py::calculate_reward``,
-FORMATS.md §3.3) grades an episode by its end state, not by the path:
+tau-bench (Yao et al. 2024, arXiv:2406.12045; ``tau_bench/envs/base.py::calculate_reward``)
+grades an episode by its end state, not by the path:
 
 1) reset a fresh environment to the task (its seed and initial state) and replay every gold
    call in order; its state hash is the expected one;

@@ -8,7 +8,8 @@ its JSON text), it returns every problem as data, one :class:`SchemaIssue` each:
 - ``malformed_arguments``: the arguments are not a JSON object;
 - ``missing_required``: a required parameter is absent;
 - ``wrong_type``: a value's JSON type is not the declared one (``integer`` takes no floats and
-  no booleans, ``number`` takes integers; as in BFCL's checker, FORMATS.md §3.1 step 4);
+  no booleans, ``number`` takes integers; as in BFCL's AST checker,
+  ``bfcl_eval/eval_checker/ast_eval/ast_checker.py``);
 - ``extra_parameter``: a parameter the tool does not declare (top level always; nested
   objects when ``additionalProperties`` is false);
 - ``enum_violation``: a value outside ``enum``;
@@ -32,8 +33,9 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from ...core.jsonvalues import json_type
 from ...core.schema import ToolCall, Trajectory
 from ..spec import Toolset, ToolSpec
 
@@ -56,15 +58,7 @@ Category = Literal[
     "enum_violation",
     "constraint_violation",
 ]
-SCHEMA_CATEGORIES: tuple[str, ...] = (
-    "unknown_tool",
-    "malformed_arguments",
-    "missing_required",
-    "wrong_type",
-    "extra_parameter",
-    "enum_violation",
-    "constraint_violation",
-)
+SCHEMA_CATEGORIES: tuple[str, ...] = get_args(Category)
 
 
 @dataclass(frozen=True)
@@ -77,25 +71,6 @@ class SchemaIssue:
 
     def __str__(self) -> str:
         return f"{self.category}: {self.message}"
-
-
-def json_type(value: Any) -> str:
-    """The JSON Schema type name of a Python value (``bool`` is boolean, not integer)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def type_ok(value: Any, expected: str) -> bool:
