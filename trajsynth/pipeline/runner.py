@@ -41,7 +41,7 @@ import pyarrow as pa
 from ..core.errors import StageFailed, TrajsynthError
 from ..core.ids import file_fingerprint, stable_hash
 from ..core.schema import ARROW_SCHEMA
-from ..stages.base import Context, ContextSpec, Emit, Metrics, StageKind, config_hash
+from ..stages import Context, ContextSpec, Emit, Metrics, StageKind, config_hash
 from ..store.manifest import MANIFEST_NAME, OutputState, RunManifest, ShardRecord, StageState
 from ..store.shards import (
     ShardInfo,

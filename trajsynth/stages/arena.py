@@ -37,7 +37,9 @@ from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
 from ..envs.arena import ArenaError, pack_arena
 from ..envs.sandbox import Sandbox
-from .base import Context, RowStage, StageConfig, register
+from .context import Context
+from .kinds import RowStage, StageConfig
+from .registry import register
 
 __all__ = ["PAPER", "TOOL_PROMPT", "Arena", "ArenaConfig"]
 

@@ -19,7 +19,9 @@ from pydantic import Field, field_validator
 
 from ..core.errors import ConfigError
 from ..quality.balance import BUCKETS, balance
-from .base import Context, GlobalStage, Output, StageConfig, register
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Balance", "BalanceConfig", "parse_mix"]
 

@@ -18,7 +18,9 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from ..quality.dedup import dedup
-from .base import Context, GlobalStage, Output, StageConfig, register
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Dedup", "DedupConfig"]
 

@@ -31,7 +31,9 @@ from ..quality.difficulty import (
     label,
     measured_score,
 )
-from .base import Context, GlobalStage, MapStage, Output, StageConfig, register
+from .context import Context
+from .kinds import GlobalStage, MapStage, Output, StageConfig
+from .registry import register
 from .score import replace_columns
 
 __all__ = ["Difficulty", "DifficultyCalibrate", "DifficultyConfig"]

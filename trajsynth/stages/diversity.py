@@ -18,7 +18,9 @@ from pydantic import Field
 
 from ..quality.columns import skeleton_strings
 from ..quality.diversity import auto_k, cluster_summary, embed_texts, kmeans, trajectory_texts
-from .base import Context, GlobalStage, Output, StageConfig, register
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 from .score import replace_columns
 
 __all__ = ["Diversity", "DiversityConfig"]

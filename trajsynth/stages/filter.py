@@ -21,7 +21,9 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from ..quality.filters import FilterRules, apply_filter
-from .base import Context, Emit, MapStage, Output, StageConfig, register
+from .context import Context
+from .kinds import Emit, MapStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Filter", "FilterConfig"]
 

@@ -75,10 +75,12 @@ from ..envs.verifiers.call_match import match_call
 from ..envs.verifiers.episode import verify_episode
 from ..graph import GraphConfig, OperationError, SignatureGraph, build_graph
 from ..graph.ops import Binding, PathCall, problems
-from .base import Context, GlobalStage, Output, StageConfig, register
+from .context import Context
 from .grounding import PlanFailed, PlannedCall, ValuePool, execute_plan
+from .kinds import GlobalStage, Output, StageConfig
 from .magnet_tasks import _queries, _reject_query  # Magnet's back-translation checks
 from .policies import LLMPolicy, PolicyError, sim_task
+from .registry import register
 from .rollouts import RolloutLimits, make_env, task_of
 
 __all__ = [

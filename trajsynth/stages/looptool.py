@@ -30,7 +30,9 @@ import pyarrow as pa
 from ..core.batch import to_records
 from ..core.ids import stable_id
 from ..core.schema import Trajectory
-from .base import Context, GlobalStage, Output, StageConfig, register
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["ORIGINS", "LoopToolRound", "origin_of"]
 

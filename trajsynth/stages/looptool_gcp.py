@@ -49,7 +49,9 @@ from ..core.errors import ConfigError
 from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GroundTruth
-from .base import Context, Emit, GlobalStage, Output, StageConfig, register
+from .context import Context
+from .kinds import Emit, GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = [
     "GCP",

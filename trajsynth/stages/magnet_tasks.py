@@ -77,9 +77,11 @@ from ..graph import (
     to_turns,
 )
 from ..graph.ops import PathCall
-from .base import Context, Output, SourceStage, StageConfig, register
+from .context import Context
 from .grounding import ExecutedCall, PlanFailed, PlannedCall, ValuePool, execute_plan
+from .kinds import Output, SourceStage, StageConfig
 from .policies import edge_judge
+from .registry import register
 
 __all__ = ["QUERY_PROMPT", "MagnetTasks", "MagnetTasksConfig"]
 

@@ -29,7 +29,7 @@ from ..core.schema import Message
 from ..core.task import GoldCall, GroundTruth
 from ..envs.episode import PolicyStep, UserEvent, turn_starts
 from ..graph.signature import EdgeQuestion
-from .base import Context
+from .context import Context
 
 __all__ = [
     "USER_PROMPT",

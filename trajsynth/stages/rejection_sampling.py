@@ -40,8 +40,10 @@ from pydantic import Field
 from ..core.schema import Trajectory
 from ..envs.episode import Episode, PolicyStep
 from ..envs.verifiers.episode import EpisodeVerdict, verify_episode
-from .base import Context, Emit, RowStage, StageConfig, register
+from .context import Context
+from .kinds import Emit, RowStage, StageConfig
 from .policies import LLMPolicy, PolicyError
+from .registry import register
 from .rollouts import (
     RolloutLimits,
     episode_row,

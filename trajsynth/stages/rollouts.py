@@ -26,7 +26,8 @@ from ..core.task import GroundTruth
 from ..envs.base import Environment
 from ..envs.episode import EpisodeLimits, EpisodeResult
 from ..envs.verifiers.episode import EpisodeVerdict
-from .base import Context, StageConfig
+from .context import Context
+from .kinds import StageConfig
 
 __all__ = [
     "JUDGE_PROMPT",

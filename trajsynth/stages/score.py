@@ -28,7 +28,9 @@ from pydantic import Field
 
 from ..core.schema import CONTEXT_FLAG
 from ..quality.scores import ScoreWeights, score_conversation
-from .base import Context, MapStage, Output, StageConfig, register
+from .context import Context
+from .kinds import MapStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Score", "ScoreConfig", "replace_columns"]
 

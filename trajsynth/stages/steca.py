@@ -83,8 +83,10 @@ from ..envs.episode import Episode, EpisodeResult, EpisodeSnapshot, PolicyStep
 from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.final_state import replay
 from ..quality.ndtw import action_key, ndtw_deviation, steca_weight
-from .base import Context, GlobalStage, Output, StageConfig, register
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
 from .policies import LLMPolicy, PolicyError
+from .registry import register
 from .replay import gold_messages, message_key, play_steps, step_slices
 from .rollouts import RolloutLimits, make_env, task_of
 

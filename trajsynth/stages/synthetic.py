@@ -18,7 +18,9 @@ from pydantic import Field
 from ..core.batch import to_batch
 from ..core.ids import seed_from, stable_id
 from ..core.schema import Message, ToolCall, Trajectory
-from .base import Context, Output, SourceStage, StageConfig, register
+from .context import Context
+from .kinds import Output, SourceStage, StageConfig
+from .registry import register
 
 __all__ = ["Synthetic", "synthetic_row"]
 

@@ -26,7 +26,9 @@ from pydantic import Field
 
 from ..core.batch import to_records
 from ..core.errors import DataError
-from .base import Context, GlobalStage, Output, StageConfig, register
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["TrainGRPO", "TrainGRPOConfig", "TrainSFT", "TrainSFTConfig"]
 

@@ -16,7 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from .base import Context, Emit, GlobalStage, MapStage, Output, StageConfig, register
+from .context import Context
+from .kinds import Emit, GlobalStage, MapStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Concat", "Sample", "Split", "hash_unit"]
 

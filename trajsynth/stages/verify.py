@@ -52,7 +52,9 @@ from ..core.prompts import conversation_text
 from ..core.schema import Judge, ToolCall, Trajectory
 from ..core.task import GroundTruth
 from ..quality.trace import parse_trace
-from .base import Context, RowStage, StageConfig, register
+from .context import Context
+from .kinds import RowStage, StageConfig
+from .registry import register
 
 __all__ = ["JUDGE_PROMPT", "Verify", "VerifyConfig"]
 
