@@ -482,7 +482,7 @@ def test_echo_between_rounds_relabels_the_students_failed_episode_as_hindsight()
 
 
 def test_round_boundary_names_hardgen_rows_hard() -> None:
-    from trajsynth.stages.looptool import origin_of
+    from trajsynth.stages.common.looptool import origin_of
 
     assert origin_of(CONVERT.derive(method="hardgen")) == "hard"
     assert origin_of(CONVERT.derive(method="echo")) == "hindsight"

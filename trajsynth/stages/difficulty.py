@@ -31,10 +31,10 @@ from ..quality.difficulty import (
     label,
     measured_score,
 )
+from .common.columns import replace_columns
 from .context import Context
 from .kinds import GlobalStage, MapStage, Output, StageConfig
 from .registry import register
-from .score import replace_columns
 
 __all__ = ["Difficulty", "DifficultyCalibrate", "DifficultyConfig"]
 

@@ -40,11 +40,11 @@ from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
 from ..envs.episode import run_episode
 from ..envs.verifiers.episode import verify_episode
+from .common.policies import LLMPolicy, LLMUser, PolicyError, sim_task
+from .common.rollouts import RolloutLimits, episode_row, expected_steps, make_env, task_of
 from .context import Context
 from .kinds import RowStage, StageConfig
-from .policies import LLMPolicy, LLMUser, PolicyError, sim_task
 from .registry import register
-from .rollouts import RolloutLimits, episode_row, expected_steps, make_env, task_of
 
 __all__ = ["DIRECTOR_PROMPT", "ActorSpec", "DirectorActor", "DirectorActorConfig"]
 

@@ -18,10 +18,10 @@ from pydantic import Field
 
 from ..quality.columns import skeleton_strings
 from ..quality.diversity import auto_k, cluster_summary, embed_texts, kmeans, trajectory_texts
+from .common.columns import replace_columns
 from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
 from .registry import register
-from .score import replace_columns
 
 __all__ = ["Diversity", "DiversityConfig"]
 

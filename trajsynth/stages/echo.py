@@ -61,10 +61,10 @@ from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
 from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.schema import check_call
+from .common.replay import calls_message, play_steps
 from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
 from .registry import register
-from .replay import calls_message, play_steps
 
 __all__ = ["ECHO_PROMPT", "PAPER", "Echo", "EchoConfig", "GoalMemory"]
 

@@ -75,13 +75,13 @@ from ..envs.verifiers.call_match import match_call
 from ..envs.verifiers.episode import verify_episode
 from ..graph import GraphConfig, OperationError, SignatureGraph, build_graph
 from ..graph.ops import Binding, PathCall, problems
+from .common.grounding import FeedFeedback, PlanFailed, PlannedCall, ValuePool, execute_plan
+from .common.policies import LLMPolicy, PolicyError, sim_task
+from .common.queries import first_usable_query
+from .common.rollouts import RolloutLimits, make_env, task_of
 from .context import Context
-from .grounding import PlanFailed, PlannedCall, ValuePool, execute_plan
 from .kinds import GlobalStage, Output, StageConfig
-from .magnet_tasks import _queries, _reject_query  # Magnet's back-translation checks
-from .policies import LLMPolicy, PolicyError, sim_task
 from .registry import register
-from .rollouts import RolloutLimits, make_env, task_of
 
 __all__ = [
     "PAPER",
@@ -500,7 +500,7 @@ class HardGen(GlobalStage):
 
     def __init__(self, config: StageConfig | None = None) -> None:
         super().__init__(config)
-        self._feeds: dict[str, list[int]] = {}
+        self._feeds = FeedFeedback(self.config.prune_after)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         rows = sorted((r for b in batches for r in to_records(b)), key=lambda r: r.id)
@@ -634,9 +634,9 @@ class HardGen(GlobalStage):
                 )  # fmt: skip
             except PlanFailed as exc:
                 ctx.metrics.inc(f"dropped.{exc.reason}")
-                self._feedback(ctx, graph, trace, exc.index, ok=False)
+                self._feeds.record(graph, trace, exc.index, ok=False, metrics=ctx.metrics)
                 continue
-            self._feedback(ctx, graph, trace, len(trace), ok=True)
+            self._feeds.record(graph, trace, len(trace), ok=True, metrics=ctx.metrics)
             # 4) the advanced tool
             adv, adv_args = _advanced_tool(graph, target, trace, executed)
             made.append(
@@ -648,24 +648,6 @@ class HardGen(GlobalStage):
         kept = [h for h in made if h.query]
         ctx.metrics.inc("dropped.no_valid_query", len(made) - len(kept))
         return kept
-
-    def _feedback(
-        self, ctx: Context, graph: SignatureGraph, trace: list[PathCall], failed: int, *, ok: bool
-    ) -> None:
-        """Step 2's execution feedback (as Magnet tasks refine theirs): a feed whose calls
-        failed ``prune_after`` times and never worked is removed."""
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
-        tool_of = {c.uid: c.tool for c in trace}
-        for i, c in enumerate(trace[: failed + 1]):
-            for b in c.bindings:
-                key = (tool_of[b.source], b.field, c.tool, b.param)
-                st = self._feeds.setdefault(graph.toolset.name + "|" + repr(key), [0, 0])
-                if ok or i < failed:
-                    st[0] += 1
-                elif i == failed:
-                    st[1] += 1
-                    if st[0] == 0 and st[1] >= cfg.prune_after and graph.remove_feed(*key):
-                        ctx.metrics.inc("graph.pruned_feeds")
 
     async def _query(self, ctx: Context, h: _Hard, graph: SignatureGraph) -> None:
         cfg: HardGenConfig = self.config  # type: ignore[assignment]
@@ -691,12 +673,9 @@ class HardGen(GlobalStage):
         if not result.ok:
             return
         names = [t.name for t in graph.toolset.tools] + [h.adv["name"]]
-        for q in _queries(result.choices[0].message.content):
-            why = _reject_query(q, names, h.adv_args)
-            if why is None:
-                h.query = q
-                return
-            ctx.metrics.inc(f"rejected_query.{why}")
+        h.query = first_usable_query(
+            result.choices[0].message.content, names, h.adv_args, ctx.metrics
+        )
 
     # -- 6-7) solve with hints, verify, row ----------------------------------------------------
     async def _solve(

@@ -30,28 +30,12 @@ import pyarrow as pa
 from ..core.batch import to_records
 from ..core.ids import stable_id
 from ..core.schema import Trajectory
+from .common.looptool import ORIGINS, origin_of
 from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
 from .registry import register
 
-__all__ = ["ORIGINS", "LoopToolRound", "origin_of"]
-
-ORIGINS = ("seed", "expanded", "corrected", "high_ppl", "hindsight", "hard")
-
-
-def origin_of(row: Trajectory) -> str:
-    """Step 1."""
-    if row.method == "edde":
-        return "expanded"
-    if row.method == "jglv":
-        return "corrected"
-    if row.method == "echo":
-        return "hindsight"
-    if row.method == "hardgen":
-        return "hard"
-    if ((row.extra or {}).get("gcp") or {}).get("status") == "hard":
-        return "high_ppl"
-    return "seed"
+__all__ = ["LoopToolRound"]
 
 
 @register

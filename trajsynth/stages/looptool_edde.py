@@ -39,9 +39,9 @@ from ..core.batch import to_records
 from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
+from .common.looptool import calls_json, context_calls, run_gold, step_text
 from .context import Context
 from .kinds import Emit, GlobalStage, Output, StageConfig
-from .looptool_gcp import calls_json, context_calls, run_gold, step_text
 from .registry import register
 
 __all__ = ["EDDE", "VARIATIONS", "EDDEConfig", "parse_generation"]

@@ -41,9 +41,9 @@ from ..core.batch import to_records
 from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GroundTruth
+from .common.looptool import context_calls, locate_step, run_gold, step_text
 from .context import Context
 from .kinds import Emit, GlobalStage, Output, StageConfig
-from .looptool_gcp import context_calls, locate_step, run_gold, step_text
 from .registry import register
 
 __all__ = ["JGLV", "VERDICTS", "JGLVConfig", "multiset_key", "parse_verdict"]

@@ -32,9 +32,9 @@ from pydantic import Field
 
 from ..core.batch import to_records
 from ..core.schema import Trajectory
+from .common.looptool import ORIGINS
 from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
-from .looptool import ORIGINS
 from .registry import register
 
 __all__ = ["LoopToolReport", "LoopToolReportConfig", "build_report"]

@@ -41,11 +41,18 @@ from ..envs.episode import EpisodeResult, run_episode, turn_starts
 from ..envs.spec import Toolset
 from ..envs.verifiers.call_match import match_parallel
 from ..envs.verifiers.episode import verify_episode
+from .common.policies import LLMPolicy, PolicyError
+from .common.rollouts import (
+    RolloutLimits,
+    episode_row,
+    expected_steps,
+    judge_episode,
+    make_env,
+    task_of,
+)
 from .context import Context
 from .kinds import Emit, RowStage, StageConfig
-from .policies import LLMPolicy, PolicyError
 from .registry import register
-from .rollouts import RolloutLimits, episode_row, expected_steps, judge_episode, make_env, task_of
 
 __all__ = ["MagnetPairs", "MagnetPairsConfig", "first_wrong_turn"]
 

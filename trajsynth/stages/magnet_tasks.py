@@ -77,10 +77,18 @@ from ..graph import (
     to_turns,
 )
 from ..graph.ops import PathCall
+from .common.grounding import (
+    ExecutedCall,
+    FeedFeedback,
+    PlanFailed,
+    PlannedCall,
+    ValuePool,
+    execute_plan,
+)
+from .common.policies import edge_judge
+from .common.queries import first_usable_query
 from .context import Context
-from .grounding import ExecutedCall, PlanFailed, PlannedCall, ValuePool, execute_plan
 from .kinds import Output, SourceStage, StageConfig
-from .policies import edge_judge
 from .registry import register
 
 __all__ = ["QUERY_PROMPT", "MagnetTasks", "MagnetTasksConfig"]
@@ -172,7 +180,7 @@ class MagnetTasks(SourceStage):
         super().__init__(config)
         self._graphs: dict[str, SignatureGraph] = {}
         self._pools: dict[tuple[str, int], ValuePool] = {}
-        self._feeds: dict[str, list[int]] = {}  # feed → [successes, failures]
+        self._feeds = FeedFeedback(self.config.prune_after)
 
     def expected_rows(self) -> int | None:
         cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
@@ -337,29 +345,11 @@ class MagnetTasks(SourceStage):
         except PlanFailed as exc:
             ctx.metrics.inc(f"dropped.{exc.reason}")
             ctx.log.debug("candidate %s/%d dropped: %s", domain, k, exc)
-            self._feedback(ctx, graph, order, exc.index, ok=False)
+            self._feeds.record(graph, order, exc.index, ok=False, metrics=ctx.metrics)
             return None
-        self._feedback(ctx, graph, order, len(order), ok=True)
+        self._feeds.record(graph, order, len(order), ok=True, metrics=ctx.metrics)
         withheld = [t.detail for t in fsp.turns if t.missing == "func" and t.detail]
         return _Candidate(k, domain, fsp, calls, seed, env.state_hash(), withheld)
-
-    def _feedback(
-        self, ctx: Context, graph: SignatureGraph, order: list[PathCall], failed: int, *, ok: bool
-    ) -> None:
-        """Execution feedback on the graph: a feed whose calls failed ``prune_after`` times
-        and never succeeded is removed (its values never work there)."""
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
-        tool_of = {c.uid: c.tool for c in order}
-        for i, c in enumerate(order[: failed + 1]):
-            for b in c.bindings:
-                key = (tool_of[b.source], b.field, c.tool, b.param)
-                stats = self._feeds.setdefault(graph.toolset.name + "|" + repr(key), [0, 0])
-                if ok or i < failed:
-                    stats[0] += 1
-                elif i == failed:
-                    stats[1] += 1
-                    if stats[0] == 0 and stats[1] >= cfg.prune_after and graph.remove_feed(*key):
-                        ctx.metrics.inc("graph.pruned_feeds")
 
     # -- 5) back-translation ---------------------------------------------------------------
     async def translate(self, ctx: Context, graph: SignatureGraph, block: list[_Candidate]) -> None:
@@ -433,12 +423,9 @@ class MagnetTasks(SourceStage):
             cand.failure = "query_writer_failed"
             return
         names = [tl["function"]["name"] for tl in tools]
-        for q in _queries(result.choices[0].message.content):
-            why = _reject_query(q, names, must)
-            if why is None:
-                cand.queries[t] = q
-                return
-            ctx.metrics.inc(f"rejected_query.{why}")
+        cand.queries[t] = first_usable_query(
+            result.choices[0].message.content, names, must, ctx.metrics
+        )
 
     # -- 6) the row --------------------------------------------------------------------------
     def task_row(self, ctx: Context, graph: SignatureGraph, cand: _Candidate) -> Trajectory | None:
@@ -609,38 +596,6 @@ def _query_steps(plan: Any, executed: list[ExecutedCall]) -> tuple[list[list[Gol
         outputs += [json.dumps(c.output, ensure_ascii=False) for c in gold]
         steps.append(gold)
     return steps, must
-
-
-def _queries(content: str | None) -> list[str]:
-    text = (content or "").strip()
-    try:
-        data = json.loads(text[text.find("{") : text.rfind("}") + 1]) if "{" in text else None
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("queries"), list):
-        return [q.strip() for q in data["queries"] if isinstance(q, str) and q.strip()]
-    return [text] if text else []
-
-
-def _value_in(value: Any, text: str) -> bool:
-    if isinstance(value, list):
-        return all(_value_in(v, text) for v in value if not isinstance(v, (dict, list, bool)))
-    if isinstance(value, float) and value.is_integer():
-        return any(s in text for s in (str(value), str(int(value)), f"{value:g}"))
-    if isinstance(value, (int, float)):
-        return str(value) in text or f"{value:g}" in text
-    return str(value).lower() in text.lower()
-
-
-def _reject_query(query: str, names: list[str], must: dict[str, Any]) -> str | None:
-    """Why a back-translated request is unusable (None: it is fine)."""
-    for n in names:
-        if len(n) > 2 and re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", query):
-            return "names_function"
-    for v in must.values():
-        if not _value_in(v, query):
-            return "missing_value"
-    return None
 
 
 def _domain_policy(domain: str) -> str | None:

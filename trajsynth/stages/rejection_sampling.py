@@ -40,11 +40,8 @@ from pydantic import Field
 from ..core.schema import Trajectory
 from ..envs.episode import Episode, PolicyStep
 from ..envs.verifiers.episode import EpisodeVerdict, verify_episode
-from .context import Context
-from .kinds import Emit, RowStage, StageConfig
-from .policies import LLMPolicy, PolicyError
-from .registry import register
-from .rollouts import (
+from .common.policies import LLMPolicy, PolicyError
+from .common.rollouts import (
     RolloutLimits,
     episode_row,
     expected_steps,
@@ -52,6 +49,9 @@ from .rollouts import (
     make_env,
     task_of,
 )
+from .context import Context
+from .kinds import Emit, RowStage, StageConfig
+from .registry import register
 
 __all__ = ["RejectionSampling", "RejectionSamplingConfig"]
 

@@ -28,11 +28,12 @@ from pydantic import Field
 
 from ..core.schema import CONTEXT_FLAG
 from ..quality.scores import ScoreWeights, score_conversation
+from .common.columns import replace_columns
 from .context import Context
 from .kinds import MapStage, Output, StageConfig
 from .registry import register
 
-__all__ = ["Score", "ScoreConfig", "replace_columns"]
+__all__ = ["Score", "ScoreConfig"]
 
 _COMPONENTS_TYPE = pa.map_(pa.string(), pa.float64())
 
@@ -43,15 +44,6 @@ class ScoreConfig(ScoreWeights, StageConfig):
         description="Which reward fills the `reward` column: penalized (R_task − λ_eff·T − "
         "λ_format·1(format error)) or agent (0.5 completion + 0.3 process + 0.2 efficiency).",
     )
-
-
-def replace_columns(batch: pa.RecordBatch | pa.Table, columns: dict[str, pa.Array]) -> pa.Table:
-    """A new table equal to ``batch`` with ``columns`` set (added when absent)."""
-    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-    for name, values in columns.items():
-        i = table.schema.get_field_index(name)
-        table = table.set_column(i, name, values) if i >= 0 else table.append_column(name, values)
-    return table
 
 
 def _existing(batch: pa.RecordBatch, name: str) -> list:

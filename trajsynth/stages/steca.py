@@ -83,12 +83,12 @@ from ..envs.episode import Episode, EpisodeResult, EpisodeSnapshot, PolicyStep
 from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.final_state import replay
 from ..quality.ndtw import action_key, ndtw_deviation, steca_weight
+from .common.policies import LLMPolicy, PolicyError
+from .common.replay import gold_messages, message_key, play_steps, step_slices
+from .common.rollouts import RolloutLimits, make_env, task_of
 from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
-from .policies import LLMPolicy, PolicyError
 from .registry import register
-from .replay import gold_messages, message_key, play_steps, step_slices
-from .rollouts import RolloutLimits, make_env, task_of
 
 __all__ = ["PAPER", "REFLECT_PROMPT", "Steca", "StecaConfig"]
 

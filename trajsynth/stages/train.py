@@ -25,7 +25,9 @@ import pyarrow as pa
 from pydantic import Field
 
 from ..core.batch import to_records
-from ..core.errors import DataError
+from ..core.errors import ConfigError, DataError
+from ..train.grpo import GRPOConfig, train_grpo
+from ..train.sft import SFTConfig, train_sft
 from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
 from .registry import register
@@ -56,8 +58,6 @@ class TrainSFT(GlobalStage):
     outputs = ("main",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        from ..train.sft import SFTConfig, train_sft
-
         cfg: TrainSFTConfig = self.config  # type: ignore[assignment]
         # 1) the rows
         rows = [r for b in batches for r in to_records(b) if r.messages]
@@ -99,9 +99,6 @@ class TrainGRPO(GlobalStage):
     outputs = ("main",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        from ..core.errors import ConfigError
-        from ..train.grpo import GRPOConfig, train_grpo
-
         cfg: TrainGRPOConfig = self.config  # type: ignore[assignment]
         # 1) task rows
         tasks = [r for b in batches for r in to_records(b) if r.ground_truth is not None]

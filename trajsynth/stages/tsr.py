@@ -40,11 +40,11 @@ from ..envs.episode import Episode, EpisodeSnapshot
 from ..envs.verifiers.call_match import match_call
 from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.final_state import replay
+from .common.policies import LLMPolicy, PolicyError
+from .common.rollouts import RolloutLimits, episode_row, expected_steps, make_env, task_of
 from .context import Context
 from .kinds import RowStage, StageConfig
-from .policies import LLMPolicy, PolicyError
 from .registry import register
-from .rollouts import RolloutLimits, episode_row, expected_steps, make_env, task_of
 
 __all__ = ["TSR", "TSRConfig", "progress_score"]
 

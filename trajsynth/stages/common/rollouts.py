@@ -19,15 +19,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..core.ids import stable_id
-from ..core.prompts import system_prompt
-from ..core.schema import Judge, Message, Trajectory
-from ..core.task import GroundTruth
-from ..envs.base import Environment
-from ..envs.episode import EpisodeLimits, EpisodeResult
-from ..envs.verifiers.episode import EpisodeVerdict
-from .context import Context
-from .kinds import StageConfig
+from ...core.ids import stable_id
+from ...core.prompts import system_prompt
+from ...core.schema import Judge, Message, Trajectory
+from ...core.task import GroundTruth
+from ...envs.base import Environment
+from ...envs.episode import EpisodeLimits, EpisodeResult
+from ...envs.verifiers.episode import EpisodeVerdict
+from ..context import Context
+from ..kinds import StageConfig
 
 __all__ = [
     "JUDGE_PROMPT",
