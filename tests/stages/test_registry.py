@@ -57,7 +57,9 @@ def test_no_method_module_imports_another() -> None:
                 if (absolute or relative) and target in methods:
                     borrowed.append(f"{name} imports {target}")
                 if relative and node.module is None:  # from . import echo
-                    borrowed += [f"{name} imports {a.name}" for a in node.names if a.name in methods]
+                    borrowed += [
+                        f"{name} imports {a.name}" for a in node.names if a.name in methods
+                    ]
     assert borrowed == []
 
 

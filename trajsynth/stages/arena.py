@@ -72,11 +72,10 @@ class ArenaConfig(StageConfig):
 
 
 @register
-class Arena(RowStage):
+class Arena(RowStage[ArenaConfig]):
     """ASTRA-style arenas: verified tasks packaged with a DAG, tools, code and a reward."""
 
     name = "arena"
-    Config = ArenaConfig
     reads = ("success",)
     io_bound = True
     concurrency = 16
@@ -87,7 +86,7 @@ class Arena(RowStage):
         return ctx.envs.sandbox  # type: ignore[no-any-return]
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory]:
-        cfg: ArenaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         ctx.metrics.inc("rows")
         if not row.success:
             ctx.metrics.inc("skipped.unverified")
@@ -131,7 +130,7 @@ class Arena(RowStage):
 
     # -- 3) ASTRA step 4: code from the tool_maker role --------------------------------------
     async def _write_code(self, ctx: Context, row: Trajectory) -> dict[str, str] | None:
-        cfg: ArenaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         from ..envs.arena import run_code
 
         gt = GroundTruth.from_json(row.ground_truth)

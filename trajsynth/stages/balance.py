@@ -64,15 +64,14 @@ _COLUMNS = ("id", "difficulty", "domain", "cluster_id")
 
 
 @register
-class Balance(GlobalStage):
+class Balance(GlobalStage[BalanceConfig]):
     """Sample to the easy/medium/hard mix, spread across domains and clusters."""
 
     name = "balance"
-    Config = BalanceConfig
     reads = ("difficulty",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: BalanceConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # 1) every row (kept whole: the survivors are yielded at the end)
         parts = [b for b in batches if b.num_rows]
         if not parts:

@@ -56,14 +56,13 @@ def _gather(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
 
 
 @register
-class Dedup(GlobalStage):
+class Dedup(GlobalStage[DedupConfig]):
     """Remove exact, near (MinHash LSH, Jaccard ≥ 0.85) and semantic duplicates."""
 
     name = "dedup"
-    Config = DedupConfig
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: DedupConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # 1) every row
         table = _gather(batches)
         if table is None:

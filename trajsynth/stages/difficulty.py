@@ -100,15 +100,14 @@ def _write(
 
 
 @register
-class Difficulty(MapStage):
+class Difficulty(MapStage[DifficultyConfig]):
     """Difficulty from pass@k where rollouts exist, else a heuristic; easy/medium/hard."""
 
     name = "difficulty"
-    Config = DifficultyConfig
     writes = ("difficulty", "difficulty_score")
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: DifficultyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         for batch in batches:
             # 1) measured
             score = _measured(batch, cfg.k)
@@ -129,15 +128,14 @@ class CalibrateConfig(DifficultyConfig):
 
 
 @register
-class DifficultyCalibrate(GlobalStage):
+class DifficultyCalibrate(GlobalStage[CalibrateConfig]):
     """Difficulty with the heuristic fitted to pass@k of the rows that have rollouts."""
 
     name = "difficulty_calibrate"
-    Config = CalibrateConfig
     writes = ("difficulty", "difficulty_score")
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: CalibrateConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         parts = [b for b in batches if b.num_rows]
         if not parts:
             return

@@ -97,11 +97,10 @@ class DirectorActorConfig(StageConfig):
 
 
 @register
-class DirectorActor(RowStage):
+class DirectorActor(RowStage[DirectorActorConfig]):
     """LoopTool's planner → user → assistant → tool simulation, with K actors per outline."""
 
     name = "director_actor"
-    Config = DirectorActorConfig
     writes = (
         "success",
         "reward",
@@ -117,7 +116,7 @@ class DirectorActor(RowStage):
         return expected_steps(row)  # longest episodes first
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory]:
-        cfg: DirectorActorConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         gt, opening = task_of(row)
         ctx.metrics.inc("tasks")
         # 1) the outline
@@ -136,7 +135,7 @@ class DirectorActor(RowStage):
     async def outline(
         self, ctx: Context, row: Trajectory, gt: GroundTruth | None
     ) -> list[dict[str, Any]] | None:
-        cfg: DirectorActorConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         n = cfg.num_turns or (len(gt.turns) if gt is not None and gt.turns else 3)
         described = "\n".join(
             f"- {t['function']['name']}: {t['function'].get('description', '')}" for t in row.tools
@@ -170,7 +169,7 @@ class DirectorActor(RowStage):
         k: int,
         actor: ActorSpec,
     ) -> Trajectory | None:
-        cfg: DirectorActorConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rng = random.Random(ctx.row_seed(row.id, "persona", k))
         persona = rng.choice(cfg.personas) if cfg.personas else None
         user = LLMUser(

@@ -37,15 +37,14 @@ class DiversityConfig(StageConfig):
 
 
 @register
-class Diversity(GlobalStage):
+class Diversity(GlobalStage[DiversityConfig]):
     """Cluster trajectories (embeddings + k-means) into cluster_id; report diversity."""
 
     name = "diversity"
-    Config = DiversityConfig
     writes = ("cluster_id",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: DiversityConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # 1) every row
         parts = [b for b in batches if b.num_rows]
         if not parts:

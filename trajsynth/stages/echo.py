@@ -410,11 +410,10 @@ def _calls(value: Any) -> list[GoldCall] | None:
 
 
 @register
-class Echo(GlobalStage):
+class Echo(GlobalStage[EchoConfig]):
     """ECHO hindsight relabelling of failed trajectories; each rewrite replayed to its goal."""
 
     name = "echo"
-    Config = EchoConfig
     writes = ("success", "reward", "reward_components", "failure_layer", "failure_reason")
     io_bound = True
 
@@ -425,7 +424,7 @@ class Echo(GlobalStage):
             yield to_batch(out)
 
     async def _run(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
-        cfg: EchoConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # 1-2) evidence and goals
         candidates: dict[str, list[_Goal]] = {}
         for row in rows:
@@ -486,7 +485,7 @@ class Echo(GlobalStage):
         self, ctx: Context, goal: _Goal, attempt: int, sem: asyncio.Semaphore
     ) -> _Rewrite | None:
         """Steps 3-4 for one goal: ask, parse, replay."""
-        cfg: EchoConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         row = goal.row
         prompt = (
             f"Conversation:\n{conversation_text(row, cfg.max_transcript_chars)}\n\n"
@@ -553,7 +552,7 @@ class Echo(GlobalStage):
 
     async def _row(self, ctx: Context, rw: _Rewrite) -> Trajectory | None:
         """Step 6: the rewrite as a played, verified trajectory."""
-        cfg: EchoConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         goal, row = rw.goal, rw.goal.row
         generator = ctx.llm(cfg.role).model
         gt = GroundTruth(

@@ -35,15 +35,14 @@ class FilterConfig(FilterRules, StageConfig):
 
 
 @register
-class Filter(MapStage):
+class Filter(MapStage[FilterConfig]):
     """Drop invalid, incoherent, too-easy, inefficient and low-quality rows (per-rule counts)."""
 
     name = "filter"
-    Config = FilterConfig
     outputs = ("main", "rejected")
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: FilterConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rules = FilterRules(**{k: getattr(cfg, k) for k in FilterRules.model_fields})
         ctx.metrics.set("rules", rules.enabled())
         ctx.metrics.set(

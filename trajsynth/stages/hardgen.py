@@ -489,16 +489,15 @@ class _Reasoner:
 
 
 @register
-class HardGen(GlobalStage):
+class HardGen(GlobalStage[HardGenConfig]):
     """HardGen: failure APIs from two probes → legal hard traces → advanced-tool queries →
     verified solutions with non-leaking hints (≤ 3 attempts)."""
 
     name = "hardgen"
-    Config = HardGenConfig
     writes = ("success", "reward", "reward_components", "failure_layer", "failure_reason")
     io_bound = True
 
-    def __init__(self, config: StageConfig | None = None) -> None:
+    def __init__(self, config: HardGenConfig | None = None) -> None:
         super().__init__(config)
         self._feeds = FeedFeedback(self.config.prune_after)
 
@@ -509,7 +508,7 @@ class HardGen(GlobalStage):
             yield to_batch(out)
 
     async def _run(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         tasks = [r for r in rows if r.ground_truth is not None and r.domain in ctx.envs.domains()]
         ctx.metrics.inc("probe_tasks", len(tasks))
         if cfg.checkpoint_role is not None:
@@ -548,7 +547,7 @@ class HardGen(GlobalStage):
 
     # -- 1) probes -------------------------------------------------------------------------
     async def _probe(self, ctx: Context, tasks: list[Trajectory]) -> FailureStats:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         stats = FailureStats()
         sem = asyncio.Semaphore(cfg.concurrency)
 
@@ -587,7 +586,7 @@ class HardGen(GlobalStage):
     async def _hard_tasks(
         self, ctx: Context, by_domain: dict[str, dict[str, float]]
     ) -> list[_Hard]:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         graphs = {d: build_graph(ctx.envs.toolset(d), cfg.graph) for d in sorted(by_domain)}
         pools: dict[tuple[str, int], ValuePool] = {}
         limit = cfg.max_candidates or 8 * cfg.tasks
@@ -650,7 +649,7 @@ class HardGen(GlobalStage):
         return kept
 
     async def _query(self, ctx: Context, h: _Hard, graph: SignatureGraph) -> None:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         adv_call = GoldCall(name=h.adv["name"], arguments=h.adv_args)
         prompt = (
             f"Tool: {json.dumps(_spec(h.adv), ensure_ascii=False)}\n"
@@ -685,7 +684,7 @@ class HardGen(GlobalStage):
         stats: FailureStats,
         failing: dict[tuple[str, str], float],
     ) -> Trajectory | None:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         assert h.query is not None
         gold_steps = [
             [GoldCall(name=c.tool, arguments=c.arguments, output=c.output)] for c in h.trace
@@ -747,7 +746,7 @@ class HardGen(GlobalStage):
         attempt: int,
     ) -> str:
         """The verifier's corrective hint, with any gold value redacted."""
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         gold = [[c.model_dump(mode="json", include={"name", "arguments"})] for c in gt.flat_calls()]
         cand = [{"name": c.name, "arguments": c.parsed_arguments()} for c in result.calls]
         answer = next(
@@ -801,7 +800,7 @@ class HardGen(GlobalStage):
         stats: FailureStats,
         failing: dict[tuple[str, str], float],
     ) -> Trajectory:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         n = len(h.trace)
         caps = {"multi_call" if n > 1 else "single_call"}
         if any(c.bindings for c in h.trace):

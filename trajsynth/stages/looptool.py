@@ -39,12 +39,11 @@ __all__ = ["LoopToolRound"]
 
 
 @register
-class LoopToolRound(GlobalStage):
+class LoopToolRound(GlobalStage[StageConfig]):
     """LoopTool round boundary: next data = expanded ∪ corrected ∪ high-PPL ∪ fresh seed
     (∪ ECHO hindsight ∪ HardGen hard, when configured)."""
 
     name = "looptool"
-    Config = StageConfig
     inputs_range = (1, None)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:

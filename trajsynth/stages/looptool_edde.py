@@ -147,11 +147,10 @@ def _original(info: dict[str, Any]) -> str:
 
 
 @register
-class EDDE(GlobalStage):
+class EDDE(GlobalStage[EDDEConfig]):
     """LoopTool EDDE: k new, executed and verified samples per consensus failure."""
 
     name = "edde"
-    Config = EDDEConfig
     outputs = ("main", "rejected")
     io_bound = True
 
@@ -159,7 +158,7 @@ class EDDE(GlobalStage):
         self, row: Trajectory, gt: GroundTruth, jglv: dict[str, Any], k: int, ctx: Context
     ) -> tuple[Trajectory | None, list[str], str]:
         """Steps 2-5 for sample ``k`` of a seed: (row or None, rejection reasons, variation)."""
-        cfg: EDDEConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         gcp = (row.extra or {}).get("gcp") or {}
         # 2) the scenario variation
         variation = VARIATIONS[int(ctx.rng(row.id, "variation", k).integers(0, 7)) % 4]
@@ -274,7 +273,7 @@ class EDDE(GlobalStage):
         return run_gold(task, new_gt, ctx)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: EDDEConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         jobs = []
         # 1) seeds
         for row in (r for b in batches for r in to_records(b)):

@@ -151,16 +151,15 @@ class RolePolicy:
 
 
 @register
-class GCP(GlobalStage):
+class GCP(GlobalStage[GCPConfig]):
     """LoopTool GCP: greedy probe of the student; keep failed + high-perplexity, drop easy."""
 
     name = "gcp"
-    Config = GCPConfig
     outputs = ("main", "failed", "hard", "easy", "episodes")
     writes = ("success", "reward", "reward_components")
 
     def _policy(self, ctx: Context) -> Any:
-        cfg: GCPConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if cfg.role is not None:
             return RolePolicy(ctx, cfg.role), cfg.role
         needed = ctx.needed_artifacts()
@@ -175,7 +174,7 @@ class GCP(GlobalStage):
         return LocalPolicy(model, tokenizer, device=device), str(folder.name)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: GCPConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rows = [r for b in batches for r in to_records(b) if r.ground_truth]
         if not rows:
             return

@@ -147,16 +147,15 @@ def replace_label(row: Trajectory, step: int, prediction: Any, ctx: Context) -> 
 
 
 @register
-class JGLV(GlobalStage):
+class JGLV(GlobalStage[JGLVConfig]):
     """LoopTool JGLV: ≥2 judge votes with consensus; label-wrong → relabelled; else dropped."""
 
     name = "jglv"
-    Config = JGLVConfig
     outputs = ("main", "corrected", "dropped")
     io_bound = True
 
     async def _votes(self, row: Trajectory, info: dict[str, Any], ctx: Context) -> list[str]:
-        cfg: JGLVConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         tools = "\n".join(json.dumps(t, ensure_ascii=False) for t in row.tools or [])
         label, pred = info["label"], info["prediction"]
         messages = [
@@ -192,7 +191,7 @@ class JGLV(GlobalStage):
         return texts
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: JGLVConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rows = [r for b in batches for r in to_records(b)]
         samples = [(r, (r.extra or {}).get("gcp") or {}) for r in rows]
         # 1) no judge for equal or multiset-equal responses

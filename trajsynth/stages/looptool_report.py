@@ -207,16 +207,15 @@ def _plot(report: dict[str, Any], path: Path) -> None:
 
 
 @register
-class LoopToolReport(GlobalStage):
+class LoopToolReport(GlobalStage[LoopToolReportConfig]):
     """LoopTool report: per-iteration, per-capability student vs teacher accuracy and counts."""
 
     name = "looptool_report"
-    Config = LoopToolReportConfig
     makes_artifact = True
     inputs_range = (1, None)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: LoopToolReportConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rows = [r for b in batches for r in to_records(b)]
         # 1-3)
         report = build_report(rows, cfg.probe_set, cfg.metric)

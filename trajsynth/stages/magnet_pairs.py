@@ -100,11 +100,10 @@ def first_wrong_turn(
 
 
 @register
-class MagnetPairs(RowStage):
+class MagnetPairs(RowStage[MagnetPairsConfig]):
     """Magnet positives (hinted teacher, stored without hint) and negatives from own errors."""
 
     name = "magnet_pairs"
-    Config = MagnetPairsConfig
     writes = ("success", "reward", "reward_components", "format_errors")
     outputs = ("main", "pairs")
     io_bound = True
@@ -114,7 +113,7 @@ class MagnetPairs(RowStage):
         return expected_steps(row)  # longest episodes first
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
-        cfg: MagnetPairsConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         gt, opening = task_of(row)
         ctx.metrics.inc("tasks")
         if gt is None:
@@ -204,7 +203,7 @@ class MagnetPairs(RowStage):
         calls: list[ToolCall],
         k: int,
     ) -> Trajectory | None:
-        cfg: MagnetPairsConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         messages = list(positive.messages)
         starts = turn_starts(messages)
         if turn >= len(starts):

@@ -168,28 +168,27 @@ class _Candidate:
 
 
 @register
-class MagnetTasks(SourceStage):
+class MagnetTasks(SourceStage[MagnetTasksConfig]):
     """Magnet-style tasks with executable ground truth from the function-signature graph."""
 
     name = "magnet_tasks"
-    Config = MagnetTasksConfig
     writes = ("ground_truth",)
     io_bound = True
 
-    def __init__(self, config: StageConfig | None = None) -> None:
+    def __init__(self, config: MagnetTasksConfig | None = None) -> None:
         super().__init__(config)
         self._graphs: dict[str, SignatureGraph] = {}
         self._pools: dict[tuple[str, int], ValuePool] = {}
         self._feeds = FeedFeedback(self.config.prune_after)
 
     def expected_rows(self) -> int | None:
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         return None if cfg.domains is None else cfg.tasks_per_domain * len(cfg.domains)
 
     # -- 1) the graph ----------------------------------------------------------------------
     def graph(self, ctx: Context, domain: str) -> SignatureGraph:
         if domain not in self._graphs:
-            cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+            cfg = self.config
             judge = edge_judge(ctx, seed=ctx.row_seed("edges", domain)) if cfg.edge_check else None
             g = build_graph(ctx.envs.toolset(domain), cfg.graph, judge=judge)
             ctx.metrics.set(f"graph.{domain}", g.stats())
@@ -213,7 +212,7 @@ class MagnetTasks(SourceStage):
 
     # -- the source ------------------------------------------------------------------------
     def generate(self, ctx: Context, offset: int = 0) -> Iterator[Output]:
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         domains = cfg.domains or ctx.envs.domains()
         made = 0
         # the requests of one block are written while the next block is synthesized
@@ -268,7 +267,7 @@ class MagnetTasks(SourceStage):
     # -- 2-4) one candidate ----------------------------------------------------------------
     def path(self, graph: SignatureGraph, rng: random.Random) -> FSP:
         """Steps 2-3: walk, MAGNIFY, CONNECT, then turns, Merge, Insert, Split."""
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         path = random_walk(graph, rng, steps=rng.randint(cfg.min_walk_steps, cfg.walk_steps))
         log = []
         if rng.random() < cfg.magnify_p:
@@ -303,7 +302,7 @@ class MagnetTasks(SourceStage):
     def synthesize(
         self, ctx: Context, graph: SignatureGraph, domain: str, k: int
     ) -> _Candidate | None:
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rng = random.Random(ctx.row_seed("magnet", domain, k))
         try:
             fsp = self.path(graph, rng)
@@ -354,7 +353,7 @@ class MagnetTasks(SourceStage):
     # -- 5) back-translation ---------------------------------------------------------------
     async def translate(self, ctx: Context, graph: SignatureGraph, block: list[_Candidate]) -> None:
         """One request per turn of every candidate of the block, written concurrently."""
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         client = ctx.llm(cfg.query_role)
         tools = graph.toolset.to_openai()
         jobs = []
@@ -380,7 +379,7 @@ class MagnetTasks(SourceStage):
         executed: list[ExecutedCall],
         previous: list[str],
     ) -> None:
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rng = random.Random(ctx.row_seed("query", cand.domain, cand.index, t))
         steps, must = _query_steps(plan, executed)
         lines = []
@@ -429,7 +428,7 @@ class MagnetTasks(SourceStage):
 
     # -- 6) the row --------------------------------------------------------------------------
     def task_row(self, ctx: Context, graph: SignatureGraph, cand: _Candidate) -> Trajectory | None:
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if any(q is None for q in cand.queries):
             return None
         turns: list[GoldTurn] = []

@@ -90,11 +90,10 @@ class RejectionSamplingConfig(StageConfig):
 
 
 @register
-class RejectionSampling(RowStage):
+class RejectionSampling(RowStage[RejectionSamplingConfig]):
     """N rollouts per task, verified format → execution → state/calls → judge; failures kept."""
 
     name = "rejection_sampling"
-    Config = RejectionSamplingConfig
     writes = (
         "success",
         "reward",
@@ -115,7 +114,7 @@ class RejectionSampling(RowStage):
 
     def _episode_slots(self, ctx: Context) -> asyncio.Semaphore:
         """One semaphore per event loop bounding the episodes in flight."""
-        cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if not hasattr(self, "_slots"):
             self._slots = {}
         loop = asyncio.get_running_loop()
@@ -130,7 +129,7 @@ class RejectionSampling(RowStage):
         return expected_steps(row)
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
-        cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         gt, opening = task_of(row)
         ctx.metrics.inc("tasks")
         if gt is None:
@@ -204,7 +203,7 @@ class RejectionSampling(RowStage):
         first: PolicyStep | None,
         first_error: str | None,
     ) -> tuple[Any, EpisodeVerdict, Any]:
-        cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         env = make_env(ctx, row, gt)
         ep = Episode(gt, env, tools=row.tools, prefix=opening, limits=cfg.limits.limits())
         policy = LLMPolicy(

@@ -53,15 +53,14 @@ def _existing(batch: pa.RecordBatch, name: str) -> list:
 
 
 @register
-class Score(MapStage):
+class Score(MapStage[ScoreConfig]):
     """Reference quality score, penalised and agent rewards, coherence (brief's formulas)."""
 
     name = "score"
-    Config = ScoreConfig
     writes = ("quality_score", "reward", "reward_components")
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: ScoreConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         weights = ScoreWeights(**{k: getattr(cfg, k) for k in ScoreWeights.model_fields})
         reward_key = "penalized_reward" if cfg.reward == "penalized" else "agent_reward"
         for batch in batches:

@@ -261,11 +261,10 @@ def _broken(result: EpisodeResult, gt: GroundTruth) -> bool:
 
 
 @register
-class Steca(GlobalStage):
+class Steca(GlobalStage[StecaConfig]):
     """STeCa: Monte Carlo step values find the deviated step; reflect, calibrate, verify."""
 
     name = "steca"
-    Config = StecaConfig
     writes = (
         "success",
         "reward",
@@ -287,7 +286,7 @@ class Steca(GlobalStage):
             yield to_batch(out)
 
     async def _run(self, by_task: dict[str, list[Trajectory]], ctx: Context) -> list[Trajectory]:
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         sem = asyncio.Semaphore(cfg.concurrency)
 
         async def one(task_id: str) -> list[Trajectory]:
@@ -304,7 +303,7 @@ class Steca(GlobalStage):
 
     # -- one task --------------------------------------------------------------------------
     async def _task(self, ctx: Context, rows: list[Trajectory]) -> list[Trajectory]:
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         ctx.metrics.inc("tasks")
         failed = [r for r in rows if r.success is False and r.messages]
         ctx.metrics.inc("failed_rollouts", len(failed))
@@ -330,7 +329,7 @@ class Steca(GlobalStage):
     async def _expert(
         self, ctx: Context, rows: list[Trajectory], gt: GroundTruth
     ) -> _Expert | None:
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         wins = [r for r in rows if r.success and r.messages]
         if cfg.expert != "gold" and wins:
             e = min(wins, key=lambda r: (r.num_turns, r.id))
@@ -349,7 +348,7 @@ class Steca(GlobalStage):
 
     # -- one failed rollout ------------------------------------------------------------------
     async def _calibrate(self, ctx: Context, task: _Task, a: Trajectory) -> Trajectory | None:
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         e = task.expert
         e_steps, a_steps = _steps(e.messages), _steps(a.messages)
         # 1) the explored step: the first that differs from the expert's
@@ -486,7 +485,7 @@ class Steca(GlobalStage):
         expert: Message,
     ) -> str | None:
         """Step 5: STeCa's reflection prompt (reflector role)."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if expert.tool_calls:
             action = "; ".join(f"{c.name}({c.arguments})" for c in expert.tool_calls)
         else:
@@ -532,13 +531,13 @@ class Steca(GlobalStage):
 
     def _outcome(self, ctx: Context, result: EpisodeResult, task: _Task, turn: int) -> bool:
         """A rollout's outcome at the horizon, verified like a rejection-sampling rollout."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         gt = task.gt if cfg.horizon == "episode" else self._turn_gt(ctx, task, turn)
         return verify_episode(result, gt, task.row.tools).ok
 
     async def _root(self, ctx: Context, task: _Task, prefix: list[Message]) -> _Root:
         """A prefix played out (no LLM): where rollouts start, or its known outcome."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         key = _prefix_key(prefix)
         if key not in task.roots:
             ep = Episode(
@@ -564,7 +563,7 @@ class Steca(GlobalStage):
 
     async def _sibling_outcome(self, ctx: Context, task: _Task, row: Trajectory, turn: int) -> bool:
         """A sibling's outcome at the horizon: its episode's, or its turn's (replayed)."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if cfg.horizon == "episode":
             return bool(row.success)
         key = (row.id, turn)
@@ -597,7 +596,7 @@ class Steca(GlobalStage):
         """The Monte Carlo value of ``prefix``: siblings through the same steps, then fresh
         rollouts up to N. With ``threshold`` (``decide_early``), fresh rollouts come in
         rounds, each as large as the fewest that could decide ``value ≤ threshold``."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         root = await self._root(ctx, task, prefix)
         if root.outcome is not None:
             return _Value(float(root.outcome), 0, 0, exact=True)
@@ -642,7 +641,7 @@ class Steca(GlobalStage):
     ) -> list[bool]:
         """``k`` rollouts of the policy from ``root`` (step 3: branches of identical
         messages share one request)."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         assert root.snap is not None
         outcomes: list[bool] = []
         if cfg.group_requests:
@@ -670,7 +669,7 @@ class Steca(GlobalStage):
         pkey: str,
     ) -> tuple[list[bool], list[tuple[EpisodeSnapshot, int, tuple[int, ...]]]]:
         """One request for a branch of ``k`` rollouts; its choices grouped by message."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         row, gt = task.row, task.gt
         ep = Episode(
             gt,

@@ -49,16 +49,15 @@ class TrainSFTConfig(StageConfig):
 
 
 @register
-class TrainSFT(GlobalStage):
+class TrainSFT(GlobalStage[TrainSFTConfig]):
     """SFT of the student (assistant tokens only); warm-starts from a needed checkpoint."""
 
     name = "train_sft"
-    Config = TrainSFTConfig
     makes_artifact = True
     outputs = ("main",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: TrainSFTConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # 1) the rows
         rows = [r for b in batches for r in to_records(b) if r.messages]
         if not rows:
@@ -90,16 +89,15 @@ class TrainGRPOConfig(StageConfig):
 
 
 @register
-class TrainGRPO(GlobalStage):
+class TrainGRPO(GlobalStage[TrainGRPOConfig]):
     """GRPO of the student on task rows from the needed checkpoint (LoopTool's trainer)."""
 
     name = "train_grpo"
-    Config = TrainGRPOConfig
     makes_artifact = True
     outputs = ("main",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: TrainGRPOConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # 1) task rows
         tasks = [r for b in batches for r in to_records(b) if r.ground_truth is not None]
         if not tasks:

@@ -76,11 +76,10 @@ class _Beam:
 
 
 @register
-class TSR(RowStage):
+class TSR(RowStage[TSRConfig]):
     """Per-step search over policy samples scored by progress toward the gold state."""
 
     name = "tsr"
-    Config = TSRConfig
     writes = (
         "success",
         "reward",
@@ -97,7 +96,7 @@ class TSR(RowStage):
         return expected_steps(row)  # longest episodes first
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory]:
-        cfg: TSRConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         gt, opening = task_of(row)
         ctx.metrics.inc("tasks")
         if gt is None:

@@ -158,16 +158,15 @@ def _parse_verdict(text: str | None) -> tuple[bool | None, str]:
 
 
 @register
-class Verify(RowStage):
+class Verify(RowStage[VerifyConfig]):
     """APIGen's layers (format, execution replay, LLM judge) + final state and call match."""
 
     name = "verify"
-    Config = VerifyConfig
     writes = ("success", "reward_components", "format_errors", "failure_layer", "failure_reason")
     concurrency = 32
 
     def setup(self, ctx: Context) -> None:
-        cfg: VerifyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if cfg.judge:
             try:
                 ctx.llm("judge")
@@ -178,7 +177,7 @@ class Verify(RowStage):
                 ) from exc
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Any]:
-        cfg: VerifyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         out = _Outcome()
         steps = row.assistant_steps()
         gt = GroundTruth.from_json(row.ground_truth) if row.ground_truth is not None else None
@@ -239,7 +238,7 @@ class Verify(RowStage):
             return set()
 
     def _replay(self, row: Trajectory, gt: GroundTruth | None, ctx: Context) -> tuple[bool, str]:
-        cfg: VerifyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         trace = parse_trace([m.model_dump() for m in row.messages], row.tools)
         try:
             env = ctx.envs.make(
