@@ -1,7 +1,7 @@
 """``arena``: ASTRA-style verifiable arenas — each verified trajectory packaged as a
 self-contained RL environment whose reward needs only the package (Tian et al. 2026, "ASTRA:
 Automated Synthesis of agentic Trajectories and Reinforcement Arenas", arXiv:2601.21558;
-code ``LianjiaTech/astra``; METHODS.md §6b and §10). The package, its loader and its reward
+code ``LianjiaTech/astra``). The package, its loader and its reward
 live in :mod:`trajsynth.envs.arena` so that trainers use them without this stage.
 
 For each verified row (``success`` true, with ground truth):
@@ -41,13 +41,8 @@ from .context import Context
 from .kinds import RowStage, StageConfig
 from .registry import register
 
-__all__ = ["PAPER", "TOOL_PROMPT", "Arena", "ArenaConfig"]
+__all__ = ["TOOL_PROMPT", "Arena", "ArenaConfig"]
 
-PAPER = {
-    "title": "ASTRA: Automated Synthesis of agentic Trajectories and Reinforcement Arenas",
-    "arxiv": "2601.21558",
-    "citation": "Tian et al., 2026",
-}
 
 #: ASTRA step 4 (tool document → call statement → Python implementation), for one tool
 TOOL_PROMPT = """Write the Python implementation of a tool for a simulated environment. It must \

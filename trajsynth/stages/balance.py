@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 
 from ..core.errors import ConfigError
 from ..quality.balance import BUCKETS, balance
+from .common.columns import gather_table
 from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
 from .registry import register
@@ -73,10 +74,9 @@ class Balance(GlobalStage[BalanceConfig]):
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         cfg = self.config
         # 1) every row (kept whole: the survivors are yielded at the end)
-        parts = [b for b in batches if b.num_rows]
-        if not parts:
+        table = gather_table(batches)
+        if table is None:
             return
-        table = pa.Table.from_batches(parts)
         if table.column("difficulty").null_count == table.num_rows:
             raise ConfigError(
                 "balance: no row has a difficulty label",

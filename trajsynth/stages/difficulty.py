@@ -31,7 +31,7 @@ from ..quality.difficulty import (
     label,
     measured_score,
 )
-from .common.columns import replace_columns
+from .common.columns import gather_table, replace_columns
 from .context import Context
 from .kinds import GlobalStage, MapStage, Output, StageConfig
 from .registry import register
@@ -136,10 +136,9 @@ class DifficultyCalibrate(GlobalStage[CalibrateConfig]):
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         cfg = self.config
-        parts = [b for b in batches if b.num_rows]
-        if not parts:
+        table = gather_table(batches)
+        if table is None:
             return
-        table = pa.Table.from_batches(parts)
         # 1) measured
         score = _measured(table, cfg.k)
         known = np.flatnonzero(~np.isnan(score))

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from ..quality.columns import skeleton_strings
 from ..quality.diversity import auto_k, cluster_summary, embed_texts, kmeans, trajectory_texts
-from .common.columns import replace_columns
+from .common.columns import gather_table, replace_columns
 from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
 from .registry import register
@@ -44,12 +44,11 @@ class Diversity(GlobalStage[DiversityConfig]):
     writes = ("cluster_id",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg = self.config
         # 1) every row
-        parts = [b for b in batches if b.num_rows]
-        if not parts:
+        table = gather_table(batches)
+        if table is None:
             return
-        table = pa.Table.from_batches(parts)
+        cfg = self.config
         goals = table.column("goal").to_pylist()
         # 2) embed
         texts = trajectory_texts(goals, skeleton_strings(table.column("messages")).to_pylist())

@@ -1,7 +1,7 @@
 """``echo``: ECHO hindsight trajectory rewriting, with every rewrite replayed before it is kept
 (Hu, Van Durme, Andreas et al. 2025, "Sample-Efficient Online Learning in LM Agents via
 Hindsight Trajectory Rewriting", arXiv:2510.10304; code ``michahu/echo``,
-``peoplejoin/src/experimentation/offline_compute.py``; METHODS.md §4 and §10).
+``peoplejoin/src/experimentation/offline_compute.py``).
 
 A failed trajectory did not do what the user asked, but its calls may have achieved something
 else. ECHO relabels it: that other goal, a request for it, and the shortest trajectory that
@@ -47,14 +47,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import pyarrow as pa
 from pydantic import Field
 
-from ..core.batch import to_batch, to_records
 from ..core.ids import canonical_json, stable_hash, stable_id
 from ..core.prompts import conversation_text, system_prompt
 from ..core.schema import Message, ToolCall, Trajectory
@@ -62,17 +59,13 @@ from ..core.task import GoldCall, GoldTurn, GroundTruth
 from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.schema import check_call
 from .common.replay import calls_message, play_steps
+from .common.rollouts import passed_columns
 from .context import Context
-from .kinds import GlobalStage, Output, StageConfig
+from .kinds import RowsGlobalStage, StageConfig
 from .registry import register
 
-__all__ = ["ECHO_PROMPT", "PAPER", "Echo", "EchoConfig", "GoalMemory"]
+__all__ = ["ECHO_PROMPT", "Echo", "EchoConfig", "GoalMemory"]
 
-PAPER = {
-    "title": "Sample-Efficient Online Learning in LM Agents via Hindsight Trajectory Rewriting",
-    "arxiv": "2510.10304",
-    "citation": "Hu, Van Durme, Andreas et al., 2025",
-}
 
 #: ECHO's PeopleJoin rewrite prompt ("write a simplified counterfactual workflow and final
 #: answer ... If the correct final answer is unclear, do not generate"), for tool calls
@@ -410,20 +403,13 @@ def _calls(value: Any) -> list[GoldCall] | None:
 
 
 @register
-class Echo(GlobalStage[EchoConfig]):
+class Echo(RowsGlobalStage[EchoConfig]):
     """ECHO hindsight relabelling of failed trajectories; each rewrite replayed to its goal."""
 
     name = "echo"
     writes = ("success", "reward", "reward_components", "failure_layer", "failure_reason")
-    io_bound = True
 
-    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        rows = sorted((r for b in batches for r in to_records(b)), key=lambda r: r.id)
-        out = ctx.run(self._run(rows, ctx))
-        if out:
-            yield to_batch(out)
-
-    async def _run(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
+    async def aprocess_rows(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
         cfg = self.config
         # 1-2) evidence and goals
         candidates: dict[str, list[_Goal]] = {}
@@ -599,11 +585,7 @@ class Echo(GlobalStage[EchoConfig]):
             capabilities=caps,
             ground_truth=gt.model_dump(mode="json"),
             tools=row.tools,
-            messages=result.messages,
-            success=True,
-            reward=1.0,
-            reward_components=dict(verdict.components),
-            format_errors=list(result.format_errors),
+            **passed_columns(result, verdict),
             extra={
                 "echo": {
                     "goal": goal.key,

@@ -1,4 +1,4 @@
-"""``filter``: the reference filter of the brief, each rule named and switchable
+"""``filter``: the reference quality filter, each rule named and switchable
 (:mod:`trajsynth.quality.filters` holds the rules, their order and thresholds).
 
 For each batch:

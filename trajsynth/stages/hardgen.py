@@ -1,6 +1,5 @@
 """``hardgen``: hard samples aimed at the tools models fail on (Hao et al. 2026, "From Failure
-to Mastery: Generating Hard Samples for Tool-use Agents", arXiv:2601.01498; no public code;
-METHODS.md §3 and §10).
+to Mastery: Generating Hard Samples for Tool-use Agents", arXiv:2601.01498; no public code).
 
 From probe tasks (rows with ground truth, e.g. ``magnet_tasks``), one run makes hard,
 verified trajectories:
@@ -56,15 +55,13 @@ import json
 import random
 import re
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
-import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
-from ..core.batch import to_batch, to_records
 from ..core.errors import ConfigError
 from ..core.ids import stable_id
 from ..core.prompts import system_prompt
@@ -78,13 +75,12 @@ from ..graph.ops import Binding, PathCall, problems
 from .common.grounding import FeedFeedback, PlanFailed, PlannedCall, ValuePool, execute_plan
 from .common.policies import LLMPolicy, PolicyError, sim_task
 from .common.queries import first_usable_query
-from .common.rollouts import RolloutLimits, make_env, task_of
+from .common.rollouts import RolloutLimits, make_env, passed_columns, task_of
 from .context import Context
-from .kinds import GlobalStage, Output, StageConfig
+from .kinds import RowsGlobalStage, StageConfig
 from .registry import register
 
 __all__ = [
-    "PAPER",
     "QUERY_PROMPT",
     "VERIFIER_PROMPT",
     "FailureStats",
@@ -97,11 +93,6 @@ __all__ = [
     "sample_trace",
 ]
 
-PAPER = {
-    "title": "From Failure to Mastery: Generating Hard Samples for Tool-use Agents",
-    "arxiv": "2601.01498",
-    "citation": "Hao et al., 2026",
-}
 
 QUERY_PROMPT = """You write what a user types to an AI assistant. The user wants what the \
 tool below does, in one request, stating every value listed under "the user states" in \
@@ -489,25 +480,18 @@ class _Reasoner:
 
 
 @register
-class HardGen(GlobalStage[HardGenConfig]):
+class HardGen(RowsGlobalStage[HardGenConfig]):
     """HardGen: failure APIs from two probes → legal hard traces → advanced-tool queries →
     verified solutions with non-leaking hints (≤ 3 attempts)."""
 
     name = "hardgen"
     writes = ("success", "reward", "reward_components", "failure_layer", "failure_reason")
-    io_bound = True
 
     def __init__(self, config: HardGenConfig | None = None) -> None:
         super().__init__(config)
         self._feeds = FeedFeedback(self.config.prune_after)
 
-    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        rows = sorted((r for b in batches for r in to_records(b)), key=lambda r: r.id)
-        out = ctx.run(self._run(rows, ctx))
-        if out:
-            yield to_batch(out)
-
-    async def _run(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
+    async def aprocess_rows(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
         cfg = self.config
         tasks = [r for r in rows if r.ground_truth is not None and r.domain in ctx.envs.domains()]
         ctx.metrics.inc("probe_tasks", len(tasks))
@@ -812,11 +796,7 @@ class HardGen(GlobalStage[HardGenConfig]):
         return task.derive(
             goal=h.query,
             capabilities=sorted(caps),
-            messages=result.messages,
-            success=True,
-            reward=1.0,
-            reward_components=dict(verdict.components),
-            format_errors=list(result.format_errors),
+            **passed_columns(result, verdict),
             extra={
                 "hardgen": {
                     "target": h.target,

@@ -64,6 +64,7 @@ __all__ = [
     "MapStage",
     "Output",
     "RowStage",
+    "RowsGlobalStage",
     "SourceStage",
     "Stage",
     "StageConfig",
@@ -275,6 +276,24 @@ class GlobalStage(Stage[C]):
     @abstractmethod
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         """Yield the output rows, having seen (or streamed through) every input row."""
+
+
+class RowsGlobalStage(GlobalStage[C]):
+    """A global stage written as one coroutine over every input row: ``aprocess_rows`` gets
+    the rows sorted by id (so the output does not depend on how the inputs were sharded) and
+    runs on the shared event loop; the rows it returns are the main output."""
+
+    io_bound = True
+
+    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
+        rows = sorted((r for b in batches for r in to_records(b)), key=lambda r: r.id)
+        out = ctx.run(self.aprocess_rows(rows, ctx))
+        if out:
+            yield to_batch(out)
+
+    @abstractmethod
+    async def aprocess_rows(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
+        """The output rows made from every input row."""
 
 
 def _rebatch(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:

@@ -1,5 +1,5 @@
-"""``looptool``: the round boundary of LoopTool's closed loop (Zhang et al. 2025,
-arXiv:2511.09148; METHODS.md §1 "Loop"): the next round's dataset
+"""``looptool``: the round boundary of LoopTool's closed loop (Zhang et al. 2025, "LoopTool: Closing
+the Data–Training Loop for Robust LLM Tool Calls", arXiv:2511.09148): the next round's dataset
 
     D_{j+1} = D_ES ∪ D_EE ∪ H_j ∪ D_seed_new
 

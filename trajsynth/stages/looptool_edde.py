@@ -1,5 +1,6 @@
-"""``edde``: LoopTool's Error-Driven Data Expansion (Zhang et al. 2025, arXiv:2511.09148;
-official code ``dataloop/error_data_expansion.py``; METHODS.md §1 "EDDE" and §10).
+"""``edde``: LoopTool's Error-Driven Data Expansion (Zhang et al. 2025, "LoopTool: Closing the
+Data–Training Loop for Robust LLM Tool Calls", arXiv:2511.09148, "EDDE"; official code
+``dataloop/error_data_expansion.py``).
 
 Input: JGLV's consensus failures (``extra["jglv"]``: status, the correct and the incorrect
 response, the judge's error analysis; ``extra["gcp"]``: the conversation before the step).

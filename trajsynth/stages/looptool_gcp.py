@@ -1,6 +1,6 @@
 """``gcp``: LoopTool's Greedy Capability Probing (Zhang et al. 2025, "LoopTool: Closing the
 Data–Training Loop for Robust LLM Tool Calls", arXiv:2511.09148; official code
-``dataloop/greedy_capability_prob.py``; METHODS.md §1 "GCP" and §10).
+``dataloop/greedy_capability_prob.py``).
 
 The student just trained is decoded greedily on the current data; what it already masters
 with confidence is dropped, the rest drives the next round:
@@ -21,8 +21,8 @@ with confidence is dropped, the rest drives the next round:
    judges); ``tool_match`` (the right tools at every step, arguments aside) is recorded too;
 5) per-capability accuracy (mastered share) into the metrics (``accuracy.<capability>``);
 6) the high-perplexity cut among mastered samples: ``ppl_threshold`` or, by default, the
-   ``ppl_quantile`` quantile of their perplexities (the released code fixes no value;
-   METHODS.md "Unverified"); mastered samples above it are *hard* (kept, H_j), the others
+   ``ppl_quantile`` quantile of their perplexities (neither the paper nor the released code
+   gives a value); mastered samples above it are *hard* (kept, H_j), the others
    *easy* (dropped);
 7) outputs: ``main`` = kept (failed ∪ hard), ``failed`` (F_j, JGLV's input), ``hard`` (H_j),
    ``easy`` (dropped, for inspection) and ``episodes`` (the student's greedy episode of every

@@ -1,5 +1,6 @@
-"""``magnet_tasks``: multi-turn tasks with executable ground truth from the function-signature
-graph (Magnet, Yin et al. 2025, arXiv:2503.07826, §3; METHODS.md §2 steps 1-5 and §10).
+"""``magnet_tasks``: multi-turn tasks with executable ground truth from the function-signature graph
+(Yin et al. 2025, "Magnet: Multi-turn Tool-use Data Synthesis and Distillation via Graph
+Translation", arXiv:2503.07826, §3).
 
 For each domain (a built-in domain or a toolset offered by ``defaults.env``), candidate
 after candidate until ``tasks_per_domain`` tasks are made:
@@ -93,11 +94,6 @@ from .registry import register
 
 __all__ = ["QUERY_PROMPT", "MagnetTasks", "MagnetTasksConfig"]
 
-PAPER = {
-    "title": "Magnet: Multi-turn Tool-use Data Synthesis and Distillation via Graph Translation",
-    "arxiv": "2503.07826",
-    "citation": "Yin et al., ACL 2025",
-}
 
 QUERY_PROMPT = """You write what a user types to an AI assistant (back-translation). Given \
 function calls, write {n} different natural requests that would lead the assistant to make \

@@ -1,4 +1,4 @@
-"""``score``: the brief's quality score, rewards and coherence for every row
+"""``score``: the reference quality score, rewards and coherence for every row
 (:mod:`trajsynth.quality.scores` holds the formulas and their definitions).
 
 For each row:
@@ -54,7 +54,7 @@ def _existing(batch: pa.RecordBatch, name: str) -> list:
 
 @register
 class Score(MapStage[ScoreConfig]):
-    """Reference quality score, penalised and agent rewards, coherence (brief's formulas)."""
+    """Reference quality score, penalised and agent rewards, coherence."""
 
     name = "score"
     writes = ("quality_score", "reward", "reward_components")

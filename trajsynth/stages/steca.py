@@ -1,8 +1,7 @@
 """``steca``: STeCa step-level trajectory calibration (Wang, Wang, Leong, Li 2025, "STeCa:
 Step-level Trajectory Calibration for LLM Agent Learning", arXiv:2502.14276, ACL Findings;
 code ``WangHanLinHenry/STeCa``: ``sampling/alfworld/monte_carlo_sample_alfworld.py``,
-``data_collection/data_cali_alfworld.py``, ``data_collection/data_explored_alfworld.py``;
-METHODS.md §5 and §10).
+``data_collection/data_cali_alfworld.py``, ``data_collection/data_explored_alfworld.py``).
 
 A failed trajectory went wrong somewhere. STeCa finds the step where it deviated from an
 expert by Monte Carlo step values, and builds a calibrated trajectory: the expert's prefix,
@@ -90,13 +89,8 @@ from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
 from .registry import register
 
-__all__ = ["PAPER", "REFLECT_PROMPT", "Steca", "StecaConfig"]
+__all__ = ["REFLECT_PROMPT", "Steca", "StecaConfig"]
 
-PAPER = {
-    "title": "STeCa: Step-level Trajectory Calibration for LLM Agent Learning",
-    "arxiv": "2502.14276",
-    "citation": "Wang, Wang, Leong, Li, Findings of ACL 2025",
-}
 
 #: STeCa's calibration-thought prompt (``data_cali_alfworld.py``), for tool calls
 REFLECT_PROMPT = """{history}

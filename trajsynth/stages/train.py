@@ -1,6 +1,7 @@
-"""``train_sft`` and ``train_grpo``: the trainer (:mod:`trajsynth.train`) as pipeline stages, so
-a loop can train, probe and train again (LoopTool: π_{j+1} = train(π_j, D_j), warm-started from
-the previous round's checkpoint; METHODS.md §1 "Loop" and "Training").
+"""``train_sft`` and ``train_grpo``: the trainer (:mod:`trajsynth.train`) as pipeline stages, so a
+loop can train, probe and train again (LoopTool: π_{j+1} = train(π_j, D_j), warm-started from the
+previous round's checkpoint; Zhang et al. 2025, "LoopTool: Closing the Data–Training Loop for Robust
+LLM Tool Calls", arXiv:2511.09148).
 
 Both are thin global stages over the trainer's public functions:
 

@@ -58,14 +58,9 @@ from .registry import register
 
 __all__ = ["JUDGE_PROMPT", "Verify", "VerifyConfig"]
 
-PAPER = {
-    "title": "APIGen: Automated Pipeline for Generating Verifiable and Diverse Function-Calling "
-    "Datasets",
-    "arxiv": "2406.18518",
-}
 
 #: APIGen's semantic checker, as distilabel's re-implementation gives the original prompt
-#: (METHODS.md §7), adapted from one query to a whole conversation
+#: (APIGen, arXiv:2406.18518, §3.2), adapted from one query to a whole conversation
 JUDGE_PROMPT = """As a data quality evaluator, you must assess the alignment between a user's \
 request, the function calls an assistant made, the results they returned, and the \
 assistant's final answer. Do not pass if:

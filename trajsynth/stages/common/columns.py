@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pyarrow as pa
 
-__all__ = ["replace_columns"]
+__all__ = ["gather_table", "replace_columns"]
+
+
+def gather_table(batches: Iterable[pa.RecordBatch]) -> pa.Table | None:
+    """Every row of ``batches`` as one table (a global stage's input), None when there is
+    none."""
+    parts = [b for b in batches if b.num_rows]
+    if not parts:
+        return None
+    return pa.Table.from_batches(parts)
 
 
 def replace_columns(batch: pa.RecordBatch | pa.Table, columns: dict[str, pa.Array]) -> pa.Table:

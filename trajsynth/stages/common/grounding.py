@@ -2,9 +2,10 @@
 environment's state, outputs threaded into later inputs, every call run for real.
 
 A graph path says *which* functions run and which parameter takes which earlier return field;
-it has no values. Magnet writes them with an LLM ("forward translation", METHODS.md §2 step 5)
-and executes each turn before the next. Offline, values come from the domain itself, and the
-calls are executed in order:
+it has no values. Magnet writes them with an LLM and executes each turn before the next
+("forward translation"; Yin et al. 2025, "Magnet: Multi-turn Tool-use Data Synthesis and
+Distillation via Graph Translation", arXiv:2503.07826, §3). Offline, values come from the
+domain itself, and the calls are executed in order:
 
 1) value pools (:class:`ValuePool`): every value the environment's state holds, indexed by
    field name (``email``, ``order_id``, ``city``; nested fields by their last name, e.g.
