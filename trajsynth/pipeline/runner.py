@@ -296,6 +296,7 @@ class Runner:
             env=self.pipeline.spec.defaults.env,
             cache_dir=self.pipeline.spec.defaults.cache_dir or str(self.run_dir / "cache"),
             artifacts_dir=str(self.artifacts_dir(sid)),
+            run_dir=str(self.run_dir),
             artifacts_in={n: str(self.artifacts_dir(n)) for n in rs.needs},
             iteration=rs.iteration,
         )

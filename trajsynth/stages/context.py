@@ -43,6 +43,8 @@ class ContextSpec(BaseModel):
     env: dict[str, Any] = Field(default_factory=dict)
     cache_dir: str | None = None
     artifacts_dir: str | None = None
+    #: the run folder (a pipeline's ``--out``; for ``trajsynth stage``, the stage's ``--out``)
+    run_dir: str | None = None
     #: artifact folders of the stages this one `needs:` (stage id → folder), in order
     artifacts_in: dict[str, str] = Field(default_factory=dict)
 
@@ -241,6 +243,13 @@ class Context:
         path = Path(self.spec.artifacts_dir)
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    @property
+    def run_dir(self) -> Path:
+        """The run's folder (where the manifest is), for files meant for the whole run."""
+        if not self.spec.run_dir:
+            raise RuntimeError("this context has no run folder (not run by the runner)")
+        return Path(self.spec.run_dir)
 
     def needed_artifacts(self) -> list[Path]:
         """Artifact folders of the stages named in this stage's ``needs:``, in order."""

@@ -1,5 +1,6 @@
-"""``looptool_report``: what a LoopTool run did, per iteration and per capability (the main
-job's report; issue 9, METHODS.md §1).
+"""``looptool_report``: what a LoopTool run did, per iteration and per capability (the main job's
+report; Zhang et al. 2025, "LoopTool: Closing the Data–Training Loop for Robust LLM Tool Calls",
+arXiv:2511.09148).
 
 Inputs, told apart by what the stages wrote on them: GCP episode rows (``extra["gcp"]``:
 ``policy`` student or a role such as ``teacher``, ``set`` data or probe, ``iteration``) and
@@ -231,9 +232,8 @@ class LoopToolReport(GlobalStage[LoopToolReportConfig]):
             except ImportError:
                 ctx.log.warning("matplotlib is not installed: no report.png")
         if cfg.copy_to_run:
-            run_dir = folder.parent.parent  # <run>/artifacts/<stage id>
             for name in files:
-                shutil.copyfile(folder / name, run_dir / name)
+                shutil.copyfile(folder / name, ctx.run_dir / name)
         ctx.metrics.set("weak_capabilities", report["weak_capabilities"])
         for it in report["iterations"]:
             ctx.metrics.set(f"student.{it['iteration']}", it["student"].get("overall"))
