@@ -41,13 +41,7 @@ from ..envs.verifiers.call_match import match_call
 from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.final_state import replay
 from .common.policies import LLMPolicy, PolicyError
-from .common.rollouts import (
-    ROLLOUT_WRITES,
-    RolloutLimits,
-    RolloutStage,
-    episode_row,
-    make_env,
-)
+from .common.rollouts import ROLLOUT_WRITES, RolloutLimits, RolloutStage, episode_row, make_env
 from .context import Context
 from .kinds import Emit, StageConfig
 from .registry import register
