@@ -41,12 +41,7 @@ from ..core.task import GroundTruth
 from ..envs.episode import run_episode
 from ..envs.verifiers.episode import verify_episode
 from .common.policies import LLMPolicy, LLMUser, PolicyError, sim_task
-from .common.rollouts import (
-    RolloutLimits,
-    RolloutStage,
-    episode_row,
-    make_env,
-)
+from .common.rollouts import RolloutLimits, RolloutStage, episode_row, make_env
 from .context import Context
 from .kinds import Emit, StageConfig
 from .registry import register
