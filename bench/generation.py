@@ -48,7 +48,7 @@ from trajsynth.core import to_batch, to_records  # noqa: E402
 from trajsynth.llm import reset_clients  # noqa: E402
 from trajsynth.llm.server import spawn_server  # noqa: E402
 from trajsynth.stages import Context, ContextSpec, Emit, build_stage  # noqa: E402
-from trajsynth.stages.base import _LoopThread  # noqa: E402
+from trajsynth.stages.context import _LoopThread  # noqa: E402
 
 LIMITS = (32, 64)  # requests in flight allowed; the first is the figure of record
 LATENCY_MS = 200

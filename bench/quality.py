@@ -49,8 +49,8 @@ from trajsynth.quality.dedup import (
     priority_rank,
     shingles,
 )
+from trajsynth.stages import Context, ContextSpec
 from trajsynth.stages.balance import Balance
-from trajsynth.stages.base import Context, ContextSpec
 from trajsynth.stages.dedup import Dedup
 from trajsynth.stages.filter import Filter
 

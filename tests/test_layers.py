@@ -21,26 +21,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = REPO_ROOT / "docs" / "architecture.md"
 PACKAGE = "trajsynth"
 
-# Temporary, while the restructuring lands: imports between stage method modules that the
-# branches moving shared code into ``trajsynth/stages/common`` remove. The merge that removes
-# the last of them empties this set (``test_pending_entries_are_still_needed`` says when an
-# entry has become stale).
-PENDING_METHOD_IMPORTS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("trajsynth.stages.hardgen", "trajsynth.stages.magnet_tasks"),
-        ("trajsynth.stages.looptool_jglv", "trajsynth.stages.looptool_gcp"),
-        ("trajsynth.stages.looptool_edde", "trajsynth.stages.looptool_gcp"),
-        ("trajsynth.stages.difficulty", "trajsynth.stages.score"),
-        ("trajsynth.stages.diversity", "trajsynth.stages.score"),
-        ("trajsynth.stages.looptool_report", "trajsynth.stages.looptool"),
-    }
-)
-# Temporary, likewise: shared helper modules still at the top of ``trajsynth/stages`` that
-# move into ``trajsynth/stages/common`` (or a lower layer); counted as common helpers until
-# they do.
-PENDING_COMMON: frozenset[str] = frozenset({"grounding", "policies", "replay", "rollouts"})
-
-
 @dataclass(frozen=True)
 class Rules:
     ranks: dict[str, int]  # layer (subpackage or module of the package, or __init__) → rank
@@ -174,12 +154,11 @@ def check(root: Path, rules: Rules, allowed: Iterable[tuple[str, str]] = ()) -> 
 
 
 def _rules() -> Rules:
-    rules = parse_rules(ARCHITECTURE.read_text(encoding="utf-8"))
-    return Rules(rules.ranks, rules.machinery, rules.common | PENDING_COMMON, rules.excepted)
+    return parse_rules(ARCHITECTURE.read_text(encoding="utf-8"))
 
 
 def test_the_package_keeps_the_layer_rules() -> None:
-    problems = check(REPO_ROOT / PACKAGE, _rules(), PENDING_METHOD_IMPORTS)
+    problems = check(REPO_ROOT / PACKAGE, _rules())
     assert not problems, "imports that break docs/architecture.md:\n" + "\n".join(problems)
 
 
@@ -189,15 +168,6 @@ def test_every_layer_of_the_package_is_in_the_table() -> None:
         p.parent.name for p in root.glob("*/__init__.py")
     }
     assert layers - set(_rules().ranks) == set()
-
-
-def test_pending_entries_are_still_needed() -> None:
-    """The temporary allow-lists hold only what the tree still has (empty them as it goes)."""
-    found = {(i.importer, i.imported) for i in iter_imports(REPO_ROOT / PACKAGE)}
-    assert PENDING_METHOD_IMPORTS - found == set(), "no longer imported: drop from the list"
-    stages = REPO_ROOT / PACKAGE / "stages"
-    present = {p.stem for p in stages.glob("*.py")} | {p.name for p in stages.iterdir()}
-    assert PENDING_COMMON - present == set(), "no longer in trajsynth/stages: drop from the list"
 
 
 def _plant(root: Path, files: dict[str, str]) -> Path:

@@ -59,7 +59,7 @@ def test_serve_rejects_bad_options_with_one_clear_message(
 
 PLUGIN = '''
 """Test plugin: one LLM call per row."""
-from trajsynth.stages.base import RowStage, register
+from trajsynth.stages import RowStage, register
 
 
 @register

@@ -29,7 +29,7 @@ from trajsynth.envs.arena import (
 )
 from trajsynth.envs.episode import run_episode
 from trajsynth.envs.importers.bfcl import convert_function
-from trajsynth.stages.replay import calls_message
+from trajsynth.stages.common.replay import calls_message
 
 ADD = "def add(a, b):\n    return {'result': a + b}\n"
 MULTIPLY = "def multiply(a, b):\n    return {'result': a * b}\n"
@@ -233,7 +233,7 @@ def test_a_folder_as_a_training_set(math_api: list[dict], sandbox: Sandbox, tmp_
 
     from trajsynth.envs import EnvFactory
     from trajsynth.envs.arena import arena_training_set
-    from trajsynth.stages.rollouts import task_of
+    from trajsynth.stages.common.rollouts import task_of
 
     factory = EnvFactory()
     task = next(t for t in factory.example_tasks("math") if t.task_id == "math-taxed-total")

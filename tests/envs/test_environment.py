@@ -15,7 +15,7 @@ from trajsynth.core.schema import Message, ToolCall
 from trajsynth.core.task import GoldTurn, GroundTruth
 from trajsynth.envs import EnvFactory, example_tasks
 from trajsynth.envs.base import parse_action
-from trajsynth.stages.base import Context, ContextSpec
+from trajsynth.stages import Context, ContextSpec
 
 
 def tc(tool: str, i: int = 0, /, **args: object) -> ToolCall:

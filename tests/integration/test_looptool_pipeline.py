@@ -21,7 +21,7 @@ from trajsynth.llm.client import reset_clients
 from trajsynth.llm.server import spawn_server
 from trajsynth.pipeline import run_pipeline
 from trajsynth.pipeline.spec import load_pipeline
-from trajsynth.stages.looptool import ORIGINS
+from trajsynth.stages.common.looptool import ORIGINS
 from trajsynth.store import read_records
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from trajsynth.core.schema import Message, ToolCall
 from trajsynth.llm import ChatRequest, client_for_role, llm_usage, role_config
 from trajsynth.llm.cache import ResponseCache, request_key
 from trajsynth.llm.client import NO_CACHE_ENV, to_openai_messages
-from trajsynth.stages.base import Context, ContextSpec
+from trajsynth.stages import Context, ContextSpec
 
 
 class _Spec:

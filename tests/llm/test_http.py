@@ -22,7 +22,7 @@ from trajsynth.core.task import GoldCall, GoldTurn, GroundTruth
 from trajsynth.llm import FatalEndpointError, aclose, client_for_role
 from trajsynth.pipeline.runner import run_pipeline
 from trajsynth.pipeline.spec import resolve_pipeline
-from trajsynth.stages.base import Context, Metrics, RowStage, register
+from trajsynth.stages import Context, Metrics, RowStage, register
 from trajsynth.store import read_records
 
 TOOLS = [

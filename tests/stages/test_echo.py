@@ -21,8 +21,8 @@ from trajsynth.envs.verifiers import final_state_match
 from trajsynth.llm.base import ChatRequest
 from trajsynth.llm.scripted import use_scripted
 from trajsynth.stages import Context, ContextSpec, Emit, build_stage
+from trajsynth.stages.common.replay import calls_message, play_steps
 from trajsynth.stages.echo import GoalMemory
-from trajsynth.stages.replay import calls_message, play_steps
 
 FACTORY = EnvFactory()
 TOOLS = FACTORY.toolset("files").to_openai()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -482,7 +483,7 @@ def test_echo_between_rounds_relabels_the_students_failed_episode_as_hindsight()
 
 
 def test_round_boundary_names_hardgen_rows_hard() -> None:
-    from trajsynth.stages.looptool import origin_of
+    from trajsynth.stages.common.looptool import origin_of
 
     assert origin_of(CONVERT.derive(method="hardgen")) == "hard"
     assert origin_of(CONVERT.derive(method="echo")) == "hindsight"
@@ -508,3 +509,52 @@ def test_failure_context_with_a_call_without_arguments() -> None:
     assert "arguments" not in context[1]["tool_calls"][0]
     assert "list_values" in _conversation(context)
     assert "list_values" in _original({"context": context})
+
+
+@pytest.mark.parametrize("layout", ["single", "pipeline"])
+def test_report_is_copied_into_the_run_folder_alone_or_in_a_pipeline(
+    tmp_path: Path, layout: str
+) -> None:
+    """``trajsynth stage looptool_report --in X --out Y`` writes the report into Y (its run
+    folder), not into Y's parent; in a pipeline run, into the run folder above the stages."""
+    from trajsynth.cli.run import run_single_stage
+    from trajsynth.pipeline import run_pipeline
+    from trajsynth.store.importers import write_rows
+
+    rows = [
+        CONVERT.derive(
+            id=f"e{k}",
+            method="gcp",
+            iteration=1,
+            reward_components={"exact_match": float(k), "tool_match": 1.0},
+            extra={"gcp": {"policy": "student", "set": "probe"}},
+        )
+        for k in range(2)
+    ]
+    write_rows(rows, tmp_path / "episodes")
+    run = tmp_path / "runs" / "report"
+    if layout == "single":
+        run_single_stage(
+            "looptool_report", [tmp_path / "episodes"], run, ["plots=false"], quiet=True
+        )
+        artifacts = run / "artifacts"
+    else:
+        spec = {
+            "name": "report",
+            "stages": [
+                {
+                    "id": "report",
+                    "uses": "looptool_report",
+                    "from": str(tmp_path / "episodes"),
+                    "with": {"plots": False},
+                }
+            ],
+        }
+        (tmp_path / "p.yaml").write_text(json.dumps(spec))
+        run_pipeline(tmp_path / "p.yaml", out=run)
+        artifacts = run / "artifacts" / "report"
+    report = json.loads((run / "report.json").read_text())
+    assert report == json.loads((artifacts / "report.json").read_text())
+    assert [it["student"]["overall"] for it in report["iterations"]] == [0.5]
+    assert (run / "report.md").is_file()
+    assert not (run.parent / "report.json").exists()

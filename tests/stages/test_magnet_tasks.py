@@ -20,7 +20,7 @@ from trajsynth.envs.verifiers import check_call
 from trajsynth.llm.base import ChatRequest
 from trajsynth.llm.scripted import use_scripted
 from trajsynth.stages import Context, ContextSpec, build_stage
-from trajsynth.stages.magnet_tasks import _reject_query
+from trajsynth.stages.common.queries import reject_query
 
 FACTORY = EnvFactory()
 BASE = {"graph": {"similarity": "lexical"}}
@@ -116,10 +116,10 @@ def test_requests_carry_values_and_never_name_functions(made) -> None:
         gt = GroundTruth.from_json(r.ground_truth)
         names = [t.name for t in FACTORY.toolset(r.domain)]
         for turn in gt.turns:
-            assert _reject_query(turn.request, names, {}) is None, turn.request
-    assert _reject_query("Please call book_flight now", ["book_flight"], {}) == "names_function"
-    assert _reject_query("Book it", [], {"f.x": "SW101"}) == "missing_value"
-    assert _reject_query("Book SW101 for 2", [], {"f.x": "SW101", "f.n": 2.0}) is None
+            assert reject_query(turn.request, names, {}) is None, turn.request
+    assert reject_query("Please call book_flight now", ["book_flight"], {}) == "names_function"
+    assert reject_query("Book it", [], {"f.x": "SW101"}) == "missing_value"
+    assert reject_query("Book SW101 for 2", [], {"f.x": "SW101", "f.n": 2.0}) is None
 
 
 def test_merge_p1_gives_multi_call_turns_and_p0_single() -> None:

@@ -27,7 +27,7 @@ from trajsynth.llm.base import ChatRequest, RawChoice
 from trajsynth.llm.scripted import use_scripted
 from trajsynth.quality.ndtw import action_key
 from trajsynth.stages import Context, ContextSpec, Emit, build_stage
-from trajsynth.stages.replay import calls_message, play_steps
+from trajsynth.stages.common.replay import calls_message, play_steps
 from trajsynth.store import ShardWriter
 
 FACTORY = EnvFactory()

@@ -165,7 +165,7 @@ def list_stages(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
 ) -> None:
     """List registered stages with their one-line docs and config fields."""
-    from ..stages.base import get_stage, load_builtin_stages
+    from ..stages import get_stage, load_builtin_stages
 
     stages = load_builtin_stages()
     names = [name] if name else sorted(stages)

@@ -85,11 +85,6 @@ __all__ = [
     "types_compatible",
 ]
 
-PAPER = {
-    "title": "Magnet: Multi-turn Tool-use Data Synthesis and Distillation via Graph Translation",
-    "arxiv": "2503.07826",
-    "citation": "Yin et al., ACL 2025",
-}
 
 #: pairwise similarity of two lists of texts → a (len(a), len(b)) matrix in [0, 1]
 Similarity = Callable[[Sequence[str], Sequence[str]], np.ndarray]

@@ -357,7 +357,7 @@ def client_for_role(
     spec: Any = None,
     metrics: MetricsSink | None = None,
 ) -> RoleClient:
-    """The client for ``role`` (``trajsynth.stages.base.Context.llm`` calls this).
+    """The client for ``role`` (``trajsynth.stages.context.Context.llm`` calls this).
 
     ``spec`` is the stage's ``ContextSpec`` (its ``cache_dir`` is the default cache);
     ``metrics`` receives the usage counters. Clients are shared per process by settings.

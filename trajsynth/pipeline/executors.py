@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..core.batch import conform
-from ..stages.base import Context, ContextSpec, Emit, Stage, build_stage
+from ..stages import Context, ContextSpec, Emit, Stage, build_stage
 from ..store.shards import DEFAULT_COMPRESSION, ShardInfo, iter_shard, write_shard
 
 __all__ = [
@@ -89,7 +89,7 @@ def _stage_for(task: UnitTask) -> tuple[Stage, Context]:
     key = (task.stage_id, task.cache_key)
     with _BUILT_LOCK:
         if key not in _BUILT:
-            from ..stages.base import load_builtin_stages
+            from ..stages import load_builtin_stages
 
             load_builtin_stages(task.plugins)
             stage = build_stage(task.uses, task.config)

@@ -41,7 +41,7 @@ import pyarrow as pa
 from ..core.errors import StageFailed, TrajsynthError
 from ..core.ids import file_fingerprint, stable_hash
 from ..core.schema import ARROW_SCHEMA
-from ..stages.base import Context, ContextSpec, Emit, Metrics, StageKind, config_hash
+from ..stages import Context, ContextSpec, Emit, Metrics, StageKind, config_hash
 from ..store.manifest import MANIFEST_NAME, OutputState, RunManifest, ShardRecord, StageState
 from ..store.shards import (
     ShardInfo,
@@ -296,6 +296,7 @@ class Runner:
             env=self.pipeline.spec.defaults.env,
             cache_dir=self.pipeline.spec.defaults.cache_dir or str(self.run_dir / "cache"),
             artifacts_dir=str(self.artifacts_dir(sid)),
+            run_dir=str(self.run_dir),
             artifacts_in={n: str(self.artifacts_dir(n)) for n in rs.needs},
             iteration=rs.iteration,
         )

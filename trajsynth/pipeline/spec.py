@@ -43,7 +43,7 @@ from pydantic import AliasChoices, Discriminator, Field, Tag, ValidationError, f
 from ..core.config import StrictModel
 from ..core.errors import ConfigError, TrajsynthError
 from ..core.ids import stable_hash
-from ..stages.base import (
+from ..stages import (
     BASE_COLUMNS,
     Stage,
     StageConfig,

@@ -1,20 +1,30 @@
-"""Stages: one module per method, each a pure transform of record batches (see base.py)."""
+"""Stages: one module per method, each a pure transform of record batches.
 
-from .base import (
+The machinery lives apart from the methods: :mod:`.context` (what a stage may use),
+:mod:`.kinds` (source, map, row and global stages), :mod:`.registry` (names, discovery,
+building from a config); :mod:`.common` holds the helpers several methods share. Every other
+module of this package is a method, and no method imports another.
+"""
+
+from .context import Context, ContextSpec, Metrics
+from .kinds import (
     BASE_COLUMNS,
-    STAGES,
-    Context,
-    ContextSpec,
     Emit,
     GlobalStage,
     MapStage,
-    Metrics,
+    Output,
+    RowsGlobalStage,
     RowStage,
     SourceStage,
     Stage,
     StageConfig,
     StageKind,
+)
+from .registry import (
+    STAGES,
+    StageImportError,
     build_stage,
+    config_hash,
     get_stage,
     load_builtin_stages,
     register,
@@ -30,12 +40,16 @@ __all__ = [
     "GlobalStage",
     "MapStage",
     "Metrics",
+    "Output",
     "RowStage",
+    "RowsGlobalStage",
     "SourceStage",
     "Stage",
     "StageConfig",
+    "StageImportError",
     "StageKind",
     "build_stage",
+    "config_hash",
     "get_stage",
     "load_builtin_stages",
     "register",

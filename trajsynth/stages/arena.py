@@ -1,7 +1,7 @@
 """``arena``: ASTRA-style verifiable arenas — each verified trajectory packaged as a
 self-contained RL environment whose reward needs only the package (Tian et al. 2026, "ASTRA:
 Automated Synthesis of agentic Trajectories and Reinforcement Arenas", arXiv:2601.21558;
-code ``LianjiaTech/astra``; METHODS.md §6b and §10). The package, its loader and its reward
+code ``LianjiaTech/astra``). The package, its loader and its reward
 live in :mod:`trajsynth.envs.arena` so that trainers use them without this stage.
 
 For each verified row (``success`` true, with ground truth):
@@ -37,15 +37,12 @@ from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
 from ..envs.arena import ArenaError, pack_arena
 from ..envs.sandbox import Sandbox
-from .base import Context, RowStage, StageConfig, register
+from .context import Context
+from .kinds import RowStage, StageConfig
+from .registry import register
 
-__all__ = ["PAPER", "TOOL_PROMPT", "Arena", "ArenaConfig"]
+__all__ = ["TOOL_PROMPT", "Arena", "ArenaConfig"]
 
-PAPER = {
-    "title": "ASTRA: Automated Synthesis of agentic Trajectories and Reinforcement Arenas",
-    "arxiv": "2601.21558",
-    "citation": "Tian et al., 2026",
-}
 
 #: ASTRA step 4 (tool document → call statement → Python implementation), for one tool
 TOOL_PROMPT = """Write the Python implementation of a tool for a simulated environment. It must \
@@ -70,11 +67,10 @@ class ArenaConfig(StageConfig):
 
 
 @register
-class Arena(RowStage):
+class Arena(RowStage[ArenaConfig]):
     """ASTRA-style arenas: verified tasks packaged with a DAG, tools, code and a reward."""
 
     name = "arena"
-    Config = ArenaConfig
     reads = ("success",)
     io_bound = True
     concurrency = 16
@@ -85,7 +81,7 @@ class Arena(RowStage):
         return ctx.envs.sandbox  # type: ignore[no-any-return]
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory]:
-        cfg: ArenaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         ctx.metrics.inc("rows")
         if not row.success:
             ctx.metrics.inc("skipped.unverified")
@@ -129,7 +125,7 @@ class Arena(RowStage):
 
     # -- 3) ASTRA step 4: code from the tool_maker role --------------------------------------
     async def _write_code(self, ctx: Context, row: Trajectory) -> dict[str, str] | None:
-        cfg: ArenaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         from ..envs.arena import run_code
 
         gt = GroundTruth.from_json(row.ground_truth)

@@ -19,7 +19,10 @@ from pydantic import Field, field_validator
 
 from ..core.errors import ConfigError
 from ..quality.balance import BUCKETS, balance
-from .base import Context, GlobalStage, Output, StageConfig, register
+from .common.columns import gather_table
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Balance", "BalanceConfig", "parse_mix"]
 
@@ -62,20 +65,18 @@ _COLUMNS = ("id", "difficulty", "domain", "cluster_id")
 
 
 @register
-class Balance(GlobalStage):
+class Balance(GlobalStage[BalanceConfig]):
     """Sample to the easy/medium/hard mix, spread across domains and clusters."""
 
     name = "balance"
-    Config = BalanceConfig
     reads = ("difficulty",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: BalanceConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # 1) every row (kept whole: the survivors are yielded at the end)
-        parts = [b for b in batches if b.num_rows]
-        if not parts:
+        table = gather_table(batches)
+        if table is None:
             return
-        table = pa.Table.from_batches(parts)
         if table.column("difficulty").null_count == table.num_rows:
             raise ConfigError(
                 "balance: no row has a difficulty label",

@@ -18,7 +18,10 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from ..quality.dedup import dedup
-from .base import Context, GlobalStage, Output, StageConfig, register
+from .common.columns import gather_table
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Dedup", "DedupConfig"]
 
@@ -30,7 +33,7 @@ class DedupConfig(StageConfig):
         0.85,
         gt=0,
         le=1,
-        description="Jaccard similarity at or above which rows are near duplicates (brief: 0.85).",
+        description="Jaccard similarity at or above which rows are near duplicates.",
     )
     num_perm: int = Field(128, ge=8, le=1024, description="MinHash permutations.")
     shingle_size: int = Field(3, ge=1, le=8, description="Words per goal shingle.")
@@ -46,24 +49,16 @@ class DedupConfig(StageConfig):
     chunk_rows: int = Field(50_000, ge=1, description="Rows per yielded batch.")
 
 
-def _gather(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
-    parts = [b for b in batches if b.num_rows]
-    if not parts:
-        return None
-    return pa.Table.from_batches(parts)
-
-
 @register
-class Dedup(GlobalStage):
+class Dedup(GlobalStage[DedupConfig]):
     """Remove exact, near (MinHash LSH, Jaccard ≥ 0.85) and semantic duplicates."""
 
     name = "dedup"
-    Config = DedupConfig
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: DedupConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # 1) every row
-        table = _gather(batches)
+        table = gather_table(batches)
         if table is None:
             return
         quality = None

@@ -31,8 +31,10 @@ from ..quality.difficulty import (
     label,
     measured_score,
 )
-from .base import Context, GlobalStage, MapStage, Output, StageConfig, register
-from .score import replace_columns
+from .common.columns import gather_table, replace_columns
+from .context import Context
+from .kinds import GlobalStage, MapStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Difficulty", "DifficultyCalibrate", "DifficultyConfig"]
 
@@ -98,15 +100,14 @@ def _write(
 
 
 @register
-class Difficulty(MapStage):
+class Difficulty(MapStage[DifficultyConfig]):
     """Difficulty from pass@k where rollouts exist, else a heuristic; easy/medium/hard."""
 
     name = "difficulty"
-    Config = DifficultyConfig
     writes = ("difficulty", "difficulty_score")
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: DifficultyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         for batch in batches:
             # 1) measured
             score = _measured(batch, cfg.k)
@@ -127,19 +128,17 @@ class CalibrateConfig(DifficultyConfig):
 
 
 @register
-class DifficultyCalibrate(GlobalStage):
+class DifficultyCalibrate(GlobalStage[CalibrateConfig]):
     """Difficulty with the heuristic fitted to pass@k of the rows that have rollouts."""
 
     name = "difficulty_calibrate"
-    Config = CalibrateConfig
     writes = ("difficulty", "difficulty_score")
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: CalibrateConfig = self.config  # type: ignore[assignment]
-        parts = [b for b in batches if b.num_rows]
-        if not parts:
+        cfg = self.config
+        table = gather_table(batches)
+        if table is None:
             return
-        table = pa.Table.from_batches(parts)
         # 1) measured
         score = _measured(table, cfg.k)
         known = np.flatnonzero(~np.isnan(score))

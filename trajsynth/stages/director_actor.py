@@ -1,7 +1,7 @@
-"""``director_actor``: a director plans the user's needs turn by turn, a simulated user acts
-them out, and K actors answer with real tool execution (LoopTool's seed-data simulation,
-Zhang et al. 2025, arXiv:2511.09148, ``dialog_generation/``: Planner → User → Assistant →
-Tool; METHODS.md §1 "Seed data" and §10).
+"""``director_actor``: a director plans the user's needs turn by turn, a simulated user acts them
+out, and K actors answer with real tool execution (LoopTool's seed-data simulation, Zhang et al.
+2025, "LoopTool: Closing the Data–Training Loop for Robust LLM Tool Calls", arXiv:2511.09148;
+official code ``dialog_generation/``: Planner → User → Assistant → Tool).
 
 For each task row:
 
@@ -40,17 +40,14 @@ from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
 from ..envs.episode import run_episode
 from ..envs.verifiers.episode import verify_episode
-from .base import Context, RowStage, StageConfig, register
-from .policies import LLMPolicy, LLMUser, PolicyError, sim_task
-from .rollouts import RolloutLimits, episode_row, expected_steps, make_env, task_of
+from .common.policies import LLMPolicy, LLMUser, PolicyError, sim_task
+from .common.rollouts import RolloutLimits, RolloutStage, episode_row, make_env
+from .context import Context
+from .kinds import Emit, StageConfig
+from .registry import register
 
 __all__ = ["DIRECTOR_PROMPT", "ActorSpec", "DirectorActor", "DirectorActorConfig"]
 
-PAPER = {
-    "title": "LoopTool: Closing the Data-Training Loop for Robust LLM Tool Calls",
-    "arxiv": "2511.09148",
-    "citation": "Zhang et al., 2025",
-}
 
 DIRECTOR_PROMPT = """You plan a conversation between a user and an AI assistant that can use \
 the tools listed below. Write exactly {n} turns. For each turn give only what the USER needs \
@@ -95,29 +92,25 @@ class DirectorActorConfig(StageConfig):
 
 
 @register
-class DirectorActor(RowStage):
+class DirectorActor(RolloutStage[DirectorActorConfig]):
     """LoopTool's planner → user → assistant → tool simulation, with K actors per outline."""
 
     name = "director_actor"
-    Config = DirectorActorConfig
-    writes = (
-        "success",
-        "reward",
-        "reward_components",
-        "format_errors",
-        "failure_layer",
-        "failure_reason",
-    )
-    io_bound = True
-    concurrency = 64
 
-    def priority(self, row: Trajectory) -> float:
-        return expected_steps(row)  # longest episodes first
+    async def rollout(
+        self, row: Trajectory, gt: GroundTruth, opening: list[Message], ctx: Context
+    ) -> list[Trajectory | Emit]:
+        return await self.direct(row, gt, opening, ctx)
 
-    async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory]:
-        cfg: DirectorActorConfig = self.config  # type: ignore[assignment]
-        gt, opening = task_of(row)
-        ctx.metrics.inc("tasks")
+    async def rollout_without_task(
+        self, row: Trajectory, opening: list[Message], ctx: Context
+    ) -> list[Trajectory | Emit]:
+        return await self.direct(row, None, opening, ctx)
+
+    async def direct(
+        self, row: Trajectory, gt: GroundTruth | None, opening: list[Message], ctx: Context
+    ) -> list[Trajectory | Emit]:
+        cfg = self.config
         # 1) the outline
         outline = await self.outline(ctx, row, gt)
         if outline is None:
@@ -134,7 +127,7 @@ class DirectorActor(RowStage):
     async def outline(
         self, ctx: Context, row: Trajectory, gt: GroundTruth | None
     ) -> list[dict[str, Any]] | None:
-        cfg: DirectorActorConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         n = cfg.num_turns or (len(gt.turns) if gt is not None and gt.turns else 3)
         described = "\n".join(
             f"- {t['function']['name']}: {t['function'].get('description', '')}" for t in row.tools
@@ -168,7 +161,7 @@ class DirectorActor(RowStage):
         k: int,
         actor: ActorSpec,
     ) -> Trajectory | None:
-        cfg: DirectorActorConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rng = random.Random(ctx.row_seed(row.id, "persona", k))
         persona = rng.choice(cfg.personas) if cfg.personas else None
         user = LLMUser(
@@ -200,8 +193,8 @@ class DirectorActor(RowStage):
             result,
             verdict,
             method="director_actor",
-            key=k,
             generator=ctx.llm(actor.role).model,
+            key=k,
             extra={
                 "outline": outline,
                 "persona": persona,

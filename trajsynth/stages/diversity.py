@@ -18,8 +18,10 @@ from pydantic import Field
 
 from ..quality.columns import skeleton_strings
 from ..quality.diversity import auto_k, cluster_summary, embed_texts, kmeans, trajectory_texts
-from .base import Context, GlobalStage, Output, StageConfig, register
-from .score import replace_columns
+from .common.columns import gather_table, replace_columns
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Diversity", "DiversityConfig"]
 
@@ -35,20 +37,18 @@ class DiversityConfig(StageConfig):
 
 
 @register
-class Diversity(GlobalStage):
+class Diversity(GlobalStage[DiversityConfig]):
     """Cluster trajectories (embeddings + k-means) into cluster_id; report diversity."""
 
     name = "diversity"
-    Config = DiversityConfig
     writes = ("cluster_id",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: DiversityConfig = self.config  # type: ignore[assignment]
         # 1) every row
-        parts = [b for b in batches if b.num_rows]
-        if not parts:
+        table = gather_table(batches)
+        if table is None:
             return
-        table = pa.Table.from_batches(parts)
+        cfg = self.config
         goals = table.column("goal").to_pylist()
         # 2) embed
         texts = trajectory_texts(goals, skeleton_strings(table.column("messages")).to_pylist())

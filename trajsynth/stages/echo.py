@@ -1,7 +1,7 @@
 """``echo``: ECHO hindsight trajectory rewriting, with every rewrite replayed before it is kept
 (Hu, Van Durme, Andreas et al. 2025, "Sample-Efficient Online Learning in LM Agents via
 Hindsight Trajectory Rewriting", arXiv:2510.10304; code ``michahu/echo``,
-``peoplejoin/src/experimentation/offline_compute.py``; METHODS.md §4 and §10).
+``peoplejoin/src/experimentation/offline_compute.py``).
 
 A failed trajectory did not do what the user asked, but its calls may have achieved something
 else. ECHO relabels it: that other goal, a request for it, and the shortest trajectory that
@@ -47,14 +47,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import pyarrow as pa
 from pydantic import Field
 
-from ..core.batch import to_batch, to_records
 from ..core.ids import canonical_json, stable_hash, stable_id
 from ..core.jsonvalues import json_leaves
 from ..core.prompts import conversation_text, system_prompt
@@ -62,16 +59,14 @@ from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
 from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.schema import check_call
-from .base import Context, GlobalStage, Output, StageConfig, register
-from .replay import calls_message, play_steps
+from .common.replay import calls_message, play_steps
+from .common.rollouts import passed_columns
+from .context import Context
+from .kinds import RowsGlobalStage, StageConfig
+from .registry import register
 
-__all__ = ["ECHO_PROMPT", "PAPER", "Echo", "EchoConfig", "GoalMemory"]
+__all__ = ["ECHO_PROMPT", "Echo", "EchoConfig", "GoalMemory"]
 
-PAPER = {
-    "title": "Sample-Efficient Online Learning in LM Agents via Hindsight Trajectory Rewriting",
-    "arxiv": "2510.10304",
-    "citation": "Hu, Van Durme, Andreas et al., 2025",
-}
 
 #: ECHO's PeopleJoin rewrite prompt ("write a simplified counterfactual workflow and final
 #: answer ... If the correct final answer is unclear, do not generate"), for tool calls
@@ -404,22 +399,14 @@ def _calls(value: Any) -> list[GoldCall] | None:
 
 
 @register
-class Echo(GlobalStage):
+class Echo(RowsGlobalStage[EchoConfig]):
     """ECHO hindsight relabelling of failed trajectories; each rewrite replayed to its goal."""
 
     name = "echo"
-    Config = EchoConfig
     writes = ("success", "reward", "reward_components", "failure_layer", "failure_reason")
-    io_bound = True
 
-    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        rows = sorted((r for b in batches for r in to_records(b)), key=lambda r: r.id)
-        out = ctx.run(self._run(rows, ctx))
-        if out:
-            yield to_batch(out)
-
-    async def _run(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
-        cfg: EchoConfig = self.config  # type: ignore[assignment]
+    async def aprocess_rows(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
+        cfg = self.config
         # 1-2) evidence and goals
         candidates: dict[str, list[_Goal]] = {}
         for row in rows:
@@ -480,7 +467,7 @@ class Echo(GlobalStage):
         self, ctx: Context, goal: _Goal, attempt: int, sem: asyncio.Semaphore
     ) -> _Rewrite | None:
         """Steps 3-4 for one goal: ask, parse, replay."""
-        cfg: EchoConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         row = goal.row
         prompt = (
             f"Conversation:\n{conversation_text(row, cfg.max_transcript_chars)}\n\n"
@@ -547,7 +534,7 @@ class Echo(GlobalStage):
 
     async def _row(self, ctx: Context, rw: _Rewrite) -> Trajectory | None:
         """Step 6: the rewrite as a played, verified trajectory."""
-        cfg: EchoConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         goal, row = rw.goal, rw.goal.row
         generator = ctx.llm(cfg.role).model
         gt = GroundTruth(
@@ -594,11 +581,7 @@ class Echo(GlobalStage):
             capabilities=caps,
             ground_truth=gt.model_dump(mode="json"),
             tools=row.tools,
-            messages=result.messages,
-            success=True,
-            reward=1.0,
-            reward_components=dict(verdict.components),
-            format_errors=list(result.format_errors),
+            **passed_columns(result, verdict),
             extra={
                 "echo": {
                     "goal": goal.key,

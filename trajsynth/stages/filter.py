@@ -1,4 +1,4 @@
-"""``filter``: the reference filter of the brief, each rule named and switchable
+"""``filter``: the reference quality filter, each rule named and switchable
 (:mod:`trajsynth.quality.filters` holds the rules, their order and thresholds).
 
 For each batch:
@@ -21,7 +21,9 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from ..quality.filters import FilterRules, apply_filter
-from .base import Context, Emit, MapStage, Output, StageConfig, register
+from .context import Context
+from .kinds import Emit, MapStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Filter", "FilterConfig"]
 
@@ -33,15 +35,14 @@ class FilterConfig(FilterRules, StageConfig):
 
 
 @register
-class Filter(MapStage):
+class Filter(MapStage[FilterConfig]):
     """Drop invalid, incoherent, too-easy, inefficient and low-quality rows (per-rule counts)."""
 
     name = "filter"
-    Config = FilterConfig
     outputs = ("main", "rejected")
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: FilterConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rules = FilterRules(**{k: getattr(cfg, k) for k in FilterRules.model_fields})
         ctx.metrics.set("rules", rules.enabled())
         ctx.metrics.set(

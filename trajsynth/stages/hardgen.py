@@ -1,6 +1,5 @@
 """``hardgen``: hard samples aimed at the tools models fail on (Hao et al. 2026, "From Failure
-to Mastery: Generating Hard Samples for Tool-use Agents", arXiv:2601.01498; no public code;
-METHODS.md §3 and §10).
+to Mastery: Generating Hard Samples for Tool-use Agents", arXiv:2601.01498; no public code).
 
 From probe tasks (rows with ground truth, e.g. ``magnet_tasks``), one run makes hard,
 verified trajectories:
@@ -56,15 +55,13 @@ import json
 import random
 import re
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
-import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
-from ..core.batch import to_batch, to_records
 from ..core.errors import ConfigError
 from ..core.ids import stable_id
 from ..core.prompts import system_prompt
@@ -75,14 +72,15 @@ from ..envs.verifiers.call_match import match_call
 from ..envs.verifiers.episode import verify_episode
 from ..graph import GraphConfig, OperationError, SignatureGraph, build_graph
 from ..graph.ops import Binding, PathCall, problems
-from .base import Context, GlobalStage, Output, StageConfig, register
-from .grounding import PlanFailed, PlannedCall, ValuePool, execute_plan
-from .magnet_tasks import _queries, _reject_query  # Magnet's back-translation checks
-from .policies import LLMPolicy, PolicyError, sim_task
-from .rollouts import RolloutLimits, make_env, task_of
+from .common.grounding import FeedFeedback, PlanFailed, PlannedCall, ValuePool, execute_plan
+from .common.policies import LLMPolicy, PolicyError, sim_task
+from .common.queries import first_usable_query
+from .common.rollouts import RolloutLimits, make_env, passed_columns, task_of
+from .context import Context
+from .kinds import RowsGlobalStage, StageConfig
+from .registry import register
 
 __all__ = [
-    "PAPER",
     "QUERY_PROMPT",
     "VERIFIER_PROMPT",
     "FailureStats",
@@ -95,11 +93,6 @@ __all__ = [
     "sample_trace",
 ]
 
-PAPER = {
-    "title": "From Failure to Mastery: Generating Hard Samples for Tool-use Agents",
-    "arxiv": "2601.01498",
-    "citation": "Hao et al., 2026",
-}
 
 QUERY_PROMPT = """You write what a user types to an AI assistant. The user wants what the \
 tool below does, in one request, stating every value listed under "the user states" in \
@@ -487,27 +480,19 @@ class _Reasoner:
 
 
 @register
-class HardGen(GlobalStage):
+class HardGen(RowsGlobalStage[HardGenConfig]):
     """HardGen: failure APIs from two probes → legal hard traces → advanced-tool queries →
     verified solutions with non-leaking hints (≤ 3 attempts)."""
 
     name = "hardgen"
-    Config = HardGenConfig
     writes = ("success", "reward", "reward_components", "failure_layer", "failure_reason")
-    io_bound = True
 
-    def __init__(self, config: StageConfig | None = None) -> None:
+    def __init__(self, config: HardGenConfig | None = None) -> None:
         super().__init__(config)
-        self._feeds: dict[str, list[int]] = {}
+        self._feeds = FeedFeedback(self.config.prune_after)
 
-    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        rows = sorted((r for b in batches for r in to_records(b)), key=lambda r: r.id)
-        out = ctx.run(self._run(rows, ctx))
-        if out:
-            yield to_batch(out)
-
-    async def _run(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+    async def aprocess_rows(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
+        cfg = self.config
         tasks = [r for r in rows if r.ground_truth is not None and r.domain in ctx.envs.domains()]
         ctx.metrics.inc("probe_tasks", len(tasks))
         if cfg.checkpoint_role is not None:
@@ -546,7 +531,7 @@ class HardGen(GlobalStage):
 
     # -- 1) probes -------------------------------------------------------------------------
     async def _probe(self, ctx: Context, tasks: list[Trajectory]) -> FailureStats:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         stats = FailureStats()
         sem = asyncio.Semaphore(cfg.concurrency)
 
@@ -585,7 +570,7 @@ class HardGen(GlobalStage):
     async def _hard_tasks(
         self, ctx: Context, by_domain: dict[str, dict[str, float]]
     ) -> list[_Hard]:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         graphs = {d: build_graph(ctx.envs.toolset(d), cfg.graph) for d in sorted(by_domain)}
         pools: dict[tuple[str, int], ValuePool] = {}
         limit = cfg.max_candidates or 8 * cfg.tasks
@@ -632,9 +617,9 @@ class HardGen(GlobalStage):
                 )  # fmt: skip
             except PlanFailed as exc:
                 ctx.metrics.inc(f"dropped.{exc.reason}")
-                self._feedback(ctx, graph, trace, exc.index, ok=False)
+                self._feeds.record(graph, trace, exc.index, ok=False, metrics=ctx.metrics)
                 continue
-            self._feedback(ctx, graph, trace, len(trace), ok=True)
+            self._feeds.record(graph, trace, len(trace), ok=True, metrics=ctx.metrics)
             # 4) the advanced tool
             adv, adv_args = _advanced_tool(graph, target, trace, executed)
             made.append(
@@ -647,26 +632,8 @@ class HardGen(GlobalStage):
         ctx.metrics.inc("dropped.no_valid_query", len(made) - len(kept))
         return kept
 
-    def _feedback(
-        self, ctx: Context, graph: SignatureGraph, trace: list[PathCall], failed: int, *, ok: bool
-    ) -> None:
-        """Step 2's execution feedback (as Magnet tasks refine theirs): a feed whose calls
-        failed ``prune_after`` times and never worked is removed."""
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
-        tool_of = {c.uid: c.tool for c in trace}
-        for i, c in enumerate(trace[: failed + 1]):
-            for b in c.bindings:
-                key = (tool_of[b.source], b.field, c.tool, b.param)
-                st = self._feeds.setdefault(graph.toolset.name + "|" + repr(key), [0, 0])
-                if ok or i < failed:
-                    st[0] += 1
-                elif i == failed:
-                    st[1] += 1
-                    if st[0] == 0 and st[1] >= cfg.prune_after and graph.remove_feed(*key):
-                        ctx.metrics.inc("graph.pruned_feeds")
-
     async def _query(self, ctx: Context, h: _Hard, graph: SignatureGraph) -> None:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         adv_call = GoldCall(name=h.adv["name"], arguments=h.adv_args)
         prompt = (
             f"Tool: {json.dumps(_spec(h.adv), ensure_ascii=False)}\n"
@@ -689,12 +656,9 @@ class HardGen(GlobalStage):
         if not result.ok:
             return
         names = [t.name for t in graph.toolset.tools] + [h.adv["name"]]
-        for q in _queries(result.choices[0].message.content):
-            why = _reject_query(q, names, h.adv_args)
-            if why is None:
-                h.query = q
-                return
-            ctx.metrics.inc(f"rejected_query.{why}")
+        h.query = first_usable_query(
+            result.choices[0].message.content, names, h.adv_args, ctx.metrics
+        )
 
     # -- 6-7) solve with hints, verify, row ----------------------------------------------------
     async def _solve(
@@ -704,7 +668,7 @@ class HardGen(GlobalStage):
         stats: FailureStats,
         failing: dict[tuple[str, str], float],
     ) -> Trajectory | None:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         assert h.query is not None
         gold_steps = [
             [GoldCall(name=c.tool, arguments=c.arguments, output=c.output)] for c in h.trace
@@ -766,7 +730,7 @@ class HardGen(GlobalStage):
         attempt: int,
     ) -> str:
         """The verifier's corrective hint, with any gold value redacted."""
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         gold = [[c.model_dump(mode="json", include={"name", "arguments"})] for c in gt.flat_calls()]
         cand = [{"name": c.name, "arguments": c.parsed_arguments()} for c in result.calls]
         answer = next(
@@ -820,7 +784,7 @@ class HardGen(GlobalStage):
         stats: FailureStats,
         failing: dict[tuple[str, str], float],
     ) -> Trajectory:
-        cfg: HardGenConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         n = len(h.trace)
         caps = {"multi_call" if n > 1 else "single_call"}
         if any(c.bindings for c in h.trace):
@@ -832,11 +796,7 @@ class HardGen(GlobalStage):
         return task.derive(
             goal=h.query,
             capabilities=sorted(caps),
-            messages=result.messages,
-            success=True,
-            reward=1.0,
-            reward_components=dict(verdict.components),
-            format_errors=list(result.format_errors),
+            **passed_columns(result, verdict),
             extra={
                 "hardgen": {
                     "target": h.target,

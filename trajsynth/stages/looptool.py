@@ -1,5 +1,5 @@
-"""``looptool``: the round boundary of LoopTool's closed loop (Zhang et al. 2025,
-arXiv:2511.09148; METHODS.md §1 "Loop"): the next round's dataset
+"""``looptool``: the round boundary of LoopTool's closed loop (Zhang et al. 2025, "LoopTool: Closing
+the Data–Training Loop for Robust LLM Tool Calls", arXiv:2511.09148): the next round's dataset
 
     D_{j+1} = D_ES ∪ D_EE ∪ H_j ∪ D_seed_new
 
@@ -30,35 +30,20 @@ import pyarrow as pa
 from ..core.batch import to_records
 from ..core.ids import stable_id
 from ..core.schema import Trajectory
-from .base import Context, GlobalStage, Output, StageConfig, register
+from .common.looptool import ORIGINS, origin_of
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
-__all__ = ["ORIGINS", "LoopToolRound", "origin_of"]
-
-ORIGINS = ("seed", "expanded", "corrected", "high_ppl", "hindsight", "hard")
-
-
-def origin_of(row: Trajectory) -> str:
-    """Step 1."""
-    if row.method == "edde":
-        return "expanded"
-    if row.method == "jglv":
-        return "corrected"
-    if row.method == "echo":
-        return "hindsight"
-    if row.method == "hardgen":
-        return "hard"
-    if ((row.extra or {}).get("gcp") or {}).get("status") == "hard":
-        return "high_ppl"
-    return "seed"
+__all__ = ["LoopToolRound"]
 
 
 @register
-class LoopToolRound(GlobalStage):
+class LoopToolRound(GlobalStage[StageConfig]):
     """LoopTool round boundary: next data = expanded ∪ corrected ∪ high-PPL ∪ fresh seed
     (∪ ECHO hindsight ∪ HardGen hard, when configured)."""
 
     name = "looptool"
-    Config = StageConfig
     inputs_range = (1, None)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:

@@ -1,5 +1,6 @@
-"""``edde``: LoopTool's Error-Driven Data Expansion (Zhang et al. 2025, arXiv:2511.09148;
-official code ``dataloop/error_data_expansion.py``; METHODS.md §1 "EDDE" and §10).
+"""``edde``: LoopTool's Error-Driven Data Expansion (Zhang et al. 2025, "LoopTool: Closing the
+Data–Training Loop for Robust LLM Tool Calls", arXiv:2511.09148, "EDDE"; official code
+``dataloop/error_data_expansion.py``).
 
 Input: JGLV's consensus failures (``extra["jglv"]``: status, the correct and the incorrect
 response, the judge's error analysis; ``extra["gcp"]``: the conversation before the step).
@@ -39,8 +40,10 @@ from ..core.batch import to_records
 from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
-from .base import Context, Emit, GlobalStage, Output, StageConfig, register
-from .looptool_gcp import calls_json, context_calls, run_gold, step_text
+from .common.looptool import calls_json, context_calls, run_gold, step_text
+from .context import Context
+from .kinds import Emit, GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["EDDE", "VARIATIONS", "EDDEConfig", "parse_generation"]
 
@@ -145,11 +148,10 @@ def _original(info: dict[str, Any]) -> str:
 
 
 @register
-class EDDE(GlobalStage):
+class EDDE(GlobalStage[EDDEConfig]):
     """LoopTool EDDE: k new, executed and verified samples per consensus failure."""
 
     name = "edde"
-    Config = EDDEConfig
     outputs = ("main", "rejected")
     io_bound = True
 
@@ -157,7 +159,7 @@ class EDDE(GlobalStage):
         self, row: Trajectory, gt: GroundTruth, jglv: dict[str, Any], k: int, ctx: Context
     ) -> tuple[Trajectory | None, list[str], str]:
         """Steps 2-5 for sample ``k`` of a seed: (row or None, rejection reasons, variation)."""
-        cfg: EDDEConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         gcp = (row.extra or {}).get("gcp") or {}
         # 2) the scenario variation
         variation = VARIATIONS[int(ctx.rng(row.id, "variation", k).integers(0, 7)) % 4]
@@ -272,7 +274,7 @@ class EDDE(GlobalStage):
         return run_gold(task, new_gt, ctx)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: EDDEConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         jobs = []
         # 1) seeds
         for row in (r for b in batches for r in to_records(b)):

@@ -1,6 +1,6 @@
 """``gcp``: LoopTool's Greedy Capability Probing (Zhang et al. 2025, "LoopTool: Closing the
 Data–Training Loop for Robust LLM Tool Calls", arXiv:2511.09148; official code
-``dataloop/greedy_capability_prob.py``; METHODS.md §1 "GCP" and §10).
+``dataloop/greedy_capability_prob.py``).
 
 The student just trained is decoded greedily on the current data; what it already masters
 with confidence is dropped, the rest drives the next round:
@@ -21,8 +21,8 @@ with confidence is dropped, the rest drives the next round:
    judges); ``tool_match`` (the right tools at every step, arguments aside) is recorded too;
 5) per-capability accuracy (mastered share) into the metrics (``accuracy.<capability>``);
 6) the high-perplexity cut among mastered samples: ``ppl_threshold`` or, by default, the
-   ``ppl_quantile`` quantile of their perplexities (the released code fixes no value;
-   METHODS.md "Unverified"); mastered samples above it are *hard* (kept, H_j), the others
+   ``ppl_quantile`` quantile of their perplexities (neither the paper nor the released code
+   gives a value); mastered samples above it are *hard* (kept, H_j), the others
    *easy* (dropped);
 7) outputs: ``main`` = kept (failed ∪ hard), ``failed`` (F_j, JGLV's input), ``hard`` (H_j),
    ``easy`` (dropped, for inspection) and ``episodes`` (the student's greedy episode of every
@@ -32,8 +32,6 @@ with confidence is dropped, the rest drives the next round:
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -48,19 +46,19 @@ from ..core.batch import to_records
 from ..core.errors import ConfigError
 from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
-from ..core.task import GoldCall, GroundTruth
-from .base import Context, Emit, GlobalStage, Output, StageConfig, register
+from ..core.task import GroundTruth
+from ..envs.verifiers import exact_multiset_reward
+from ..train.eval import evaluate, gold_steps, predicted_steps
+from ..train.modeling import load_student, resolve_device
+from ..train.rollout import LocalPolicy, RolloutConfig, Turn
+from ..train.synth import env_maker
+from .common.looptool import calls_json
+from .common.policies import sim_task
+from .context import Context
+from .kinds import Emit, GlobalStage, Output, StageConfig
+from .registry import register
 
-__all__ = [
-    "GCP",
-    "GCPConfig",
-    "RolePolicy",
-    "calls_json",
-    "context_calls",
-    "locate_step",
-    "run_gold",
-    "step_text",
-]
+__all__ = ["GCP", "GCPConfig", "RolePolicy"]
 
 
 class GCPConfig(StageConfig):
@@ -85,106 +83,8 @@ class GCPConfig(StageConfig):
     device: str = Field("auto", description="Device of the local student.")
 
 
-# --------------------------------------------------------------------------------------
-# helpers shared with JGLV and EDDE
-# --------------------------------------------------------------------------------------
-
-
-def calls_json(step: Sequence[Any] | None) -> list[dict[str, Any]] | str:
-    """A step as JSON: ``[{"name", "arguments"}]`` for calls, ``"text"`` for a text step."""
-    if step is None:
-        return "text"
-    out = []
-    for c in step:
-        if isinstance(c, GoldCall):
-            out.append({"name": c.name, "arguments": c.arguments})
-        else:  # a ToolCall: arguments are raw JSON text
-            from ..envs.verifiers.schema import normalize_call
-
-            name, args = normalize_call(c)
-            if isinstance(args, str):
-                # malformed text is kept as written (never equal to a label)
-                with contextlib.suppress(ValueError):
-                    args = json.loads(args)
-            out.append({"name": name, "arguments": args})
-    return out
-
-
-def context_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """The calls of an assistant message of a failure's ``context`` as ``{name, arguments}``
-    (the context is dumped without defaults, so a call with no arguments has no key)."""
-    return [
-        {"name": c["name"], "arguments": c.get("arguments", "{}")}
-        for c in message.get("tool_calls") or []
-    ]
-
-
-def step_text(step: list[dict[str, Any]] | str | None, content: str | None = None) -> str:
-    """A step as LoopTool's judge reads it: ``<tool_call>`` blocks, or the text."""
-    if step is None or isinstance(step, str):
-        return content or "(a text reply, no tool call)"
-    return "\n".join(
-        f"<tool_call>\n{json.dumps(c, ensure_ascii=False)}\n</tool_call>" for c in step
-    )
-
-
-def locate_step(gt: GroundTruth, index: int) -> tuple[int, int] | None:
-    """(turn, step) of flattened gold step ``index`` (the order of
-    :func:`trajsynth.train.eval.gold_steps`), or None for a text step."""
-    k = 0
-    for t, turn in enumerate(gt.turns):
-        if turn.kind == "clarify" and turn.clarification:
-            if k == index:
-                return None
-            k += 1
-        for s in range(len(turn.steps)):
-            if k == index:
-                return (t, s)
-            k += 1
-        if k == index:
-            return None
-        k += 1
-    return None
-
-
-def run_gold(row: Trajectory, gt: GroundTruth, ctx: Context) -> Trajectory | None:
-    """The trajectory that executes ``gt``'s gold calls in the row's domain and state (the
-    row's system prompt kept), or None when a call fails (JGLV's relabelled and EDDE's new
-    samples must execute before they are kept)."""
-    from ..core.schema import ToolCall
-    from ..train.synth import gold_trajectory
-    from .rollouts import make_env
-
-    task = row.derive(ground_truth=gt.model_dump(mode="json"), messages=[])
-    env = make_env(ctx, task, gt)
-    try:
-        env.reset(gt)
-        n = 0
-        for turn in gt.turns:
-            for step in turn.steps:
-                calls = []
-                for c in step:
-                    calls.append(
-                        ToolCall(id=f"call_{n}", name=c.name, arguments=json.dumps(c.arguments))
-                    )
-                    n += 1
-                obs, _, _ = env.step(Message(role="assistant", tool_calls=calls))
-                if obs.errors:
-                    return None
-        traj = gold_trajectory(task, lambda r: make_env(ctx, r, gt))
-    except Exception:  # a call the environment cannot run at all
-        return None
-    finally:
-        env.close()
-    system = [m for m in row.messages[:1] if m.role == "system"]
-    return traj.derive(messages=system + list(traj.messages))
-
-
 def _first_mismatch(row: Trajectory, messages: Sequence[Message]) -> dict[str, Any]:
     """Step 4: the first step where prediction and gold differ as multisets."""
-    from ..envs.verifiers import exact_multiset_reward
-    from ..train.eval import gold_steps, predicted_steps
-
     gt = GroundTruth.from_json(row.ground_truth)
     assert gt is not None
     gold = gold_steps(gt)
@@ -228,9 +128,6 @@ class RolePolicy:
         self.logprobs: dict[str, list[float]] = defaultdict(list)
 
     async def act(self, episode: Any, cfg: Any, seed: int) -> Any:
-        from ..train.rollout import Turn
-        from .policies import sim_task
-
         gt = GroundTruth.from_json(episode.row.ground_truth)
         result = await self.client.chat(
             episode.messages,
@@ -254,16 +151,15 @@ class RolePolicy:
 
 
 @register
-class GCP(GlobalStage):
+class GCP(GlobalStage[GCPConfig]):
     """LoopTool GCP: greedy probe of the student; keep failed + high-perplexity, drop easy."""
 
     name = "gcp"
-    Config = GCPConfig
     outputs = ("main", "failed", "hard", "easy", "episodes")
     writes = ("success", "reward", "reward_components")
 
     def _policy(self, ctx: Context) -> Any:
-        cfg: GCPConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if cfg.role is not None:
             return RolePolicy(ctx, cfg.role), cfg.role
         needed = ctx.needed_artifacts()
@@ -272,20 +168,13 @@ class GCP(GlobalStage):
                 f"stage {ctx.stage_id!r}: gcp probes a student: give `needs:` a training stage "
                 "(its checkpoint) or `with: {role: ...}`"
             )
-        from ..train.modeling import load_student, resolve_device
-        from ..train.rollout import LocalPolicy
-
         folder: Path = needed[-1]
         device = resolve_device(cfg.device)
         model, tokenizer = load_student(folder, device)
         return LocalPolicy(model, tokenizer, device=device), str(folder.name)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        from ..train.eval import evaluate
-        from ..train.rollout import RolloutConfig
-        from ..train.synth import env_maker
-
-        cfg: GCPConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rows = [r for b in batches for r in to_records(b) if r.ground_truth]
         if not rows:
             return

@@ -1,5 +1,6 @@
-"""``jglv``: LoopTool's Judgement-Guided Label Verification (Zhang et al. 2025, arXiv:2511.09148;
-official code ``dataloop/judgement_label_verification.py``; METHODS.md §1 "JGLV" and §10).
+"""``jglv``: LoopTool's Judgement-Guided Label Verification (Zhang et al. 2025, "LoopTool: Closing
+the Data–Training Loop for Robust LLM Tool Calls", arXiv:2511.09148, "JGLV"; official code
+``dataloop/judgement_label_verification.py``).
 
 Input: GCP's failed samples (``extra["gcp"]``: the first mismatching step's label, the
 student's prediction and the conversation before it). Per sample:
@@ -7,7 +8,7 @@ student's prediction and the conversation before it). Per sample:
 1) label and prediction equal, or equal as order-insensitive multisets of (name, arguments)
    → ``both_correct`` with **no judge call** (the released code's two shortcuts);
 2) otherwise ``votes`` judge requests (default 3; the released default of one judge model
-   gives one vote, so consensus — and EDDE — never happens: METHODS.md §1) with LoopTool's
+   gives one vote, so consensus — and EDDE — never happens) with LoopTool's
    prompt: the tools, the conversation, Response 1 = the label, Response 2 = the prediction,
    answer ``[RESPONSE1_INCORRECT/RESPONSE2_INCORRECT/BOTH_CORRECT/BOTH_INCORRECT]`` then
    ``Error Analysis: …``; each vote is a separate request (its own seed);
@@ -41,18 +42,13 @@ from ..core.batch import to_records
 from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GroundTruth
-from .base import Context, Emit, GlobalStage, Output, StageConfig, register
-from .looptool_gcp import context_calls, locate_step, run_gold, step_text
+from ..llm.sim.contracts import VERDICT_STATUS, VERDICTS
+from .common.looptool import context_calls, locate_step, run_gold, step_text
+from .context import Context
+from .kinds import Emit, GlobalStage, Output, StageConfig
+from .registry import register
 
-__all__ = ["JGLV", "VERDICTS", "JGLVConfig", "multiset_key", "parse_verdict"]
-
-VERDICTS = ("RESPONSE1_INCORRECT", "RESPONSE2_INCORRECT", "BOTH_CORRECT", "BOTH_INCORRECT")
-STATUS = {
-    "RESPONSE1_INCORRECT": "original_incorrect",
-    "RESPONSE2_INCORRECT": "model_incorrect",
-    "BOTH_CORRECT": "both_correct",
-    "BOTH_INCORRECT": "both_incorrect",
-}
+__all__ = ["JGLV", "JGLVConfig", "multiset_key", "parse_verdict"]
 
 SYSTEM = """You are an expert evaluator of function calls. You compare two different \
 function call responses to the same conversation and decide which is correct.
@@ -145,16 +141,15 @@ def replace_label(row: Trajectory, step: int, prediction: Any, ctx: Context) -> 
 
 
 @register
-class JGLV(GlobalStage):
+class JGLV(GlobalStage[JGLVConfig]):
     """LoopTool JGLV: ≥2 judge votes with consensus; label-wrong → relabelled; else dropped."""
 
     name = "jglv"
-    Config = JGLVConfig
     outputs = ("main", "corrected", "dropped")
     io_bound = True
 
     async def _votes(self, row: Trajectory, info: dict[str, Any], ctx: Context) -> list[str]:
-        cfg: JGLVConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         tools = "\n".join(json.dumps(t, ensure_ascii=False) for t in row.tools or [])
         label, pred = info["label"], info["prediction"]
         messages = [
@@ -190,7 +185,7 @@ class JGLV(GlobalStage):
         return texts
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: JGLVConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rows = [r for b in batches for r in to_records(b)]
         samples = [(r, (r.extra or {}).get("gcp") or {}) for r in rows]
         # 1) no judge for equal or multiset-equal responses
@@ -215,9 +210,9 @@ class JGLV(GlobalStage):
             parsed = [parse_verdict(t) for t in texts]
             counts = Counter(v for v, _ in parsed)
             top, n_top = counts.most_common(1)[0]
-            consensus = n_top >= cfg.min_consensus and top in STATUS
+            consensus = n_top >= cfg.min_consensus and top in VERDICT_STATUS
             # 4) status
-            status = STATUS.get(top, "llm_judge_failed")
+            status = VERDICT_STATUS.get(top, "llm_judge_failed")
             analysis = next((a for v, a in parsed if v == top and a), "")
             record = {
                 "status": status,

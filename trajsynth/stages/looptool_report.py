@@ -1,5 +1,6 @@
-"""``looptool_report``: what a LoopTool run did, per iteration and per capability (the main
-job's report; issue 9, METHODS.md §1).
+"""``looptool_report``: what a LoopTool run did, per iteration and per capability (the main job's
+report; Zhang et al. 2025, "LoopTool: Closing the Data–Training Loop for Robust LLM Tool Calls",
+arXiv:2511.09148).
 
 Inputs, told apart by what the stages wrote on them: GCP episode rows (``extra["gcp"]``:
 ``policy`` student or a role such as ``teacher``, ``set`` data or probe, ``iteration``) and
@@ -32,8 +33,10 @@ from pydantic import Field
 
 from ..core.batch import to_records
 from ..core.schema import Trajectory
-from .base import Context, GlobalStage, Output, StageConfig, register
-from .looptool import ORIGINS
+from .common.looptool import ORIGINS
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["LoopToolReport", "LoopToolReportConfig", "build_report"]
 
@@ -205,16 +208,15 @@ def _plot(report: dict[str, Any], path: Path) -> None:
 
 
 @register
-class LoopToolReport(GlobalStage):
+class LoopToolReport(GlobalStage[LoopToolReportConfig]):
     """LoopTool report: per-iteration, per-capability student vs teacher accuracy and counts."""
 
     name = "looptool_report"
-    Config = LoopToolReportConfig
     makes_artifact = True
     inputs_range = (1, None)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: LoopToolReportConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rows = [r for b in batches for r in to_records(b)]
         # 1-3)
         report = build_report(rows, cfg.probe_set, cfg.metric)
@@ -230,9 +232,8 @@ class LoopToolReport(GlobalStage):
             except ImportError:
                 ctx.log.warning("matplotlib is not installed: no report.png")
         if cfg.copy_to_run:
-            run_dir = folder.parent.parent  # <run>/artifacts/<stage id>
             for name in files:
-                shutil.copyfile(folder / name, run_dir / name)
+                shutil.copyfile(folder / name, ctx.run_dir / name)
         ctx.metrics.set("weak_capabilities", report["weak_capabilities"])
         for it in report["iterations"]:
             ctx.metrics.set(f"student.{it['iteration']}", it["student"].get("overall"))

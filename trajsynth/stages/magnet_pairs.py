@@ -1,6 +1,7 @@
-"""``magnet_pairs``: Magnet's positive and negative trajectories (Yin et al. 2025,
-arXiv:2503.07826, §3.3-3.4; METHODS.md §2 steps 6-7): positives by context distillation,
-negatives from the policy's own errors, as chosen/rejected pairs for (m)DPO.
+"""``magnet_pairs``: Magnet's positive and negative trajectories (Yin et al. 2025, "Magnet:
+Multi-turn Tool-use Data Synthesis and Distillation via Graph Translation", arXiv:2503.07826,
+§3.3-3.4): positives by context distillation, negatives from the policy's own errors, as
+chosen/rejected pairs for (m)DPO.
 
 For each task row:
 
@@ -41,17 +42,19 @@ from ..envs.episode import EpisodeResult, run_episode, turn_starts
 from ..envs.spec import Toolset
 from ..envs.verifiers.call_match import match_parallel
 from ..envs.verifiers.episode import verify_episode
-from .base import Context, Emit, RowStage, StageConfig, register
-from .policies import LLMPolicy, PolicyError
-from .rollouts import RolloutLimits, episode_row, expected_steps, judge_episode, make_env, task_of
+from .common.policies import LLMPolicy, PolicyError
+from .common.rollouts import (
+    RolloutLimits,
+    RolloutStage,
+    episode_row,
+    judge_episode,
+    make_env,
+)
+from .context import Context
+from .kinds import Emit, StageConfig
+from .registry import register
 
 __all__ = ["MagnetPairs", "MagnetPairsConfig", "first_wrong_turn"]
-
-PAPER = {
-    "title": "Magnet: Multi-turn Tool-use Data Synthesis and Distillation via Graph Translation",
-    "arxiv": "2503.07826",
-    "citation": "Yin et al., ACL 2025",
-}
 
 
 class MagnetPairsConfig(StageConfig):
@@ -91,26 +94,18 @@ def first_wrong_turn(
 
 
 @register
-class MagnetPairs(RowStage):
+class MagnetPairs(RolloutStage[MagnetPairsConfig]):
     """Magnet positives (hinted teacher, stored without hint) and negatives from own errors."""
 
     name = "magnet_pairs"
-    Config = MagnetPairsConfig
     writes = ("success", "reward", "reward_components", "format_errors")
     outputs = ("main", "pairs")
-    io_bound = True
     concurrency = 32
 
-    def priority(self, row: Trajectory) -> float:
-        return expected_steps(row)  # longest episodes first
-
-    async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
-        cfg: MagnetPairsConfig = self.config  # type: ignore[assignment]
-        gt, opening = task_of(row)
-        ctx.metrics.inc("tasks")
-        if gt is None:
-            ctx.metrics.inc("skipped.no_ground_truth")
-            return []
+    async def rollout(
+        self, row: Trajectory, gt: GroundTruth, opening: list[Message], ctx: Context
+    ) -> list[Trajectory | Emit]:
+        cfg = self.config
         limits = cfg.limits.limits()
         teacher = LLMPolicy(
             ctx, cfg.teacher_role, task=gt, seed=ctx.row_seed(row.id, "positive"),
@@ -195,7 +190,7 @@ class MagnetPairs(RowStage):
         calls: list[ToolCall],
         k: int,
     ) -> Trajectory | None:
-        cfg: MagnetPairsConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         messages = list(positive.messages)
         starts = turn_starts(messages)
         if turn >= len(starts):

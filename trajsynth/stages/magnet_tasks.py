@@ -1,5 +1,6 @@
-"""``magnet_tasks``: multi-turn tasks with executable ground truth from the function-signature
-graph (Magnet, Yin et al. 2025, arXiv:2503.07826, §3; METHODS.md §2 steps 1-5 and §10).
+"""``magnet_tasks``: multi-turn tasks with executable ground truth from the function-signature graph
+(Yin et al. 2025, "Magnet: Multi-turn Tool-use Data Synthesis and Distillation via Graph
+Translation", arXiv:2503.07826, §3).
 
 For each domain (a built-in domain or a toolset offered by ``defaults.env``), candidate
 after candidate until ``tasks_per_domain`` tasks are made:
@@ -77,17 +78,22 @@ from ..graph import (
     to_turns,
 )
 from ..graph.ops import PathCall
-from .base import Context, Output, SourceStage, StageConfig, register
-from .grounding import ExecutedCall, PlanFailed, PlannedCall, ValuePool, execute_plan
-from .policies import edge_judge
+from .common.grounding import (
+    ExecutedCall,
+    FeedFeedback,
+    PlanFailed,
+    PlannedCall,
+    ValuePool,
+    execute_plan,
+)
+from .common.policies import edge_judge
+from .common.queries import first_usable_query
+from .context import Context
+from .kinds import Output, SourceStage, StageConfig
+from .registry import register
 
 __all__ = ["QUERY_PROMPT", "MagnetTasks", "MagnetTasksConfig"]
 
-PAPER = {
-    "title": "Magnet: Multi-turn Tool-use Data Synthesis and Distillation via Graph Translation",
-    "arxiv": "2503.07826",
-    "citation": "Yin et al., ACL 2025",
-}
 
 QUERY_PROMPT = """You write what a user types to an AI assistant (back-translation). Given \
 function calls, write {n} different natural requests that would lead the assistant to make \
@@ -158,28 +164,27 @@ class _Candidate:
 
 
 @register
-class MagnetTasks(SourceStage):
+class MagnetTasks(SourceStage[MagnetTasksConfig]):
     """Magnet-style tasks with executable ground truth from the function-signature graph."""
 
     name = "magnet_tasks"
-    Config = MagnetTasksConfig
     writes = ("ground_truth",)
     io_bound = True
 
-    def __init__(self, config: StageConfig | None = None) -> None:
+    def __init__(self, config: MagnetTasksConfig | None = None) -> None:
         super().__init__(config)
         self._graphs: dict[str, SignatureGraph] = {}
         self._pools: dict[tuple[str, int], ValuePool] = {}
-        self._feeds: dict[str, list[int]] = {}  # feed → [successes, failures]
+        self._feeds = FeedFeedback(self.config.prune_after)
 
     def expected_rows(self) -> int | None:
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         return None if cfg.domains is None else cfg.tasks_per_domain * len(cfg.domains)
 
     # -- 1) the graph ----------------------------------------------------------------------
     def graph(self, ctx: Context, domain: str) -> SignatureGraph:
         if domain not in self._graphs:
-            cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+            cfg = self.config
             judge = edge_judge(ctx, seed=ctx.row_seed("edges", domain)) if cfg.edge_check else None
             g = build_graph(ctx.envs.toolset(domain), cfg.graph, judge=judge)
             ctx.metrics.set(f"graph.{domain}", g.stats())
@@ -203,7 +208,7 @@ class MagnetTasks(SourceStage):
 
     # -- the source ------------------------------------------------------------------------
     def generate(self, ctx: Context, offset: int = 0) -> Iterator[Output]:
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         domains = cfg.domains or ctx.envs.domains()
         made = 0
         # the requests of one block are written while the next block is synthesized
@@ -258,7 +263,7 @@ class MagnetTasks(SourceStage):
     # -- 2-4) one candidate ----------------------------------------------------------------
     def path(self, graph: SignatureGraph, rng: random.Random) -> FSP:
         """Steps 2-3: walk, MAGNIFY, CONNECT, then turns, Merge, Insert, Split."""
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         path = random_walk(graph, rng, steps=rng.randint(cfg.min_walk_steps, cfg.walk_steps))
         log = []
         if rng.random() < cfg.magnify_p:
@@ -293,7 +298,7 @@ class MagnetTasks(SourceStage):
     def synthesize(
         self, ctx: Context, graph: SignatureGraph, domain: str, k: int
     ) -> _Candidate | None:
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rng = random.Random(ctx.row_seed("magnet", domain, k))
         try:
             fsp = self.path(graph, rng)
@@ -335,34 +340,16 @@ class MagnetTasks(SourceStage):
         except PlanFailed as exc:
             ctx.metrics.inc(f"dropped.{exc.reason}")
             ctx.log.debug("candidate %s/%d dropped: %s", domain, k, exc)
-            self._feedback(ctx, graph, order, exc.index, ok=False)
+            self._feeds.record(graph, order, exc.index, ok=False, metrics=ctx.metrics)
             return None
-        self._feedback(ctx, graph, order, len(order), ok=True)
+        self._feeds.record(graph, order, len(order), ok=True, metrics=ctx.metrics)
         withheld = [t.detail for t in fsp.turns if t.missing == "func" and t.detail]
         return _Candidate(k, domain, fsp, calls, seed, env.state_hash(), withheld)
-
-    def _feedback(
-        self, ctx: Context, graph: SignatureGraph, order: list[PathCall], failed: int, *, ok: bool
-    ) -> None:
-        """Execution feedback on the graph: a feed whose calls failed ``prune_after`` times
-        and never succeeded is removed (its values never work there)."""
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
-        tool_of = {c.uid: c.tool for c in order}
-        for i, c in enumerate(order[: failed + 1]):
-            for b in c.bindings:
-                key = (tool_of[b.source], b.field, c.tool, b.param)
-                stats = self._feeds.setdefault(graph.toolset.name + "|" + repr(key), [0, 0])
-                if ok or i < failed:
-                    stats[0] += 1
-                elif i == failed:
-                    stats[1] += 1
-                    if stats[0] == 0 and stats[1] >= cfg.prune_after and graph.remove_feed(*key):
-                        ctx.metrics.inc("graph.pruned_feeds")
 
     # -- 5) back-translation ---------------------------------------------------------------
     async def translate(self, ctx: Context, graph: SignatureGraph, block: list[_Candidate]) -> None:
         """One request per turn of every candidate of the block, written concurrently."""
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         client = ctx.llm(cfg.query_role)
         tools = graph.toolset.to_openai()
         jobs = []
@@ -388,7 +375,7 @@ class MagnetTasks(SourceStage):
         executed: list[ExecutedCall],
         previous: list[str],
     ) -> None:
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         rng = random.Random(ctx.row_seed("query", cand.domain, cand.index, t))
         steps, must = _query_steps(plan, executed)
         lines = []
@@ -431,16 +418,13 @@ class MagnetTasks(SourceStage):
             cand.failure = "query_writer_failed"
             return
         names = [tl["function"]["name"] for tl in tools]
-        for q in _queries(result.choices[0].message.content):
-            why = _reject_query(q, names, must)
-            if why is None:
-                cand.queries[t] = q
-                return
-            ctx.metrics.inc(f"rejected_query.{why}")
+        cand.queries[t] = first_usable_query(
+            result.choices[0].message.content, names, must, ctx.metrics
+        )
 
     # -- 6) the row --------------------------------------------------------------------------
     def task_row(self, ctx: Context, graph: SignatureGraph, cand: _Candidate) -> Trajectory | None:
-        cfg: MagnetTasksConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if any(q is None for q in cand.queries):
             return None
         turns: list[GoldTurn] = []
@@ -607,38 +591,6 @@ def _query_steps(plan: Any, executed: list[ExecutedCall]) -> tuple[list[list[Gol
         outputs += [json.dumps(c.output, ensure_ascii=False) for c in gold]
         steps.append(gold)
     return steps, must
-
-
-def _queries(content: str | None) -> list[str]:
-    text = (content or "").strip()
-    try:
-        data = json.loads(text[text.find("{") : text.rfind("}") + 1]) if "{" in text else None
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("queries"), list):
-        return [q.strip() for q in data["queries"] if isinstance(q, str) and q.strip()]
-    return [text] if text else []
-
-
-def _value_in(value: Any, text: str) -> bool:
-    if isinstance(value, list):
-        return all(_value_in(v, text) for v in value if not isinstance(v, (dict, list, bool)))
-    if isinstance(value, float) and value.is_integer():
-        return any(s in text for s in (str(value), str(int(value)), f"{value:g}"))
-    if isinstance(value, (int, float)):
-        return str(value) in text or f"{value:g}" in text
-    return str(value).lower() in text.lower()
-
-
-def _reject_query(query: str, names: list[str], must: dict[str, Any]) -> str | None:
-    """Why a back-translated request is unusable (None: it is fine)."""
-    for n in names:
-        if len(n) > 2 and re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", query):
-            return "names_function"
-    for v in must.values():
-        if not _value_in(v, query):
-            return "missing_value"
-    return None
 
 
 def _domain_policy(domain: str) -> str | None:

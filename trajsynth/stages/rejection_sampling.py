@@ -1,7 +1,9 @@
 """``rejection_sampling``: N rollouts per task, each verified in APIGen's layered order; the
 successes are kept, every failure is kept aside with the reason it was rejected, and every row
-carries the task's pass@k counts (METHODS.md §7 and §10; APIGen, Liu et al. 2024,
-arXiv:2406.18518, §3.2; APIGen-MT, Prabhakar et al. 2025, arXiv:2504.03601, phase 2).
+carries the task's pass@k counts (Liu et al. 2024, "APIGen: Automated Pipeline for Generating
+Verifiable and Diverse Function-Calling Datasets", arXiv:2406.18518, §3.2; Prabhakar et al.
+2025, "APIGen-MT: Agentic Pipeline for Multi-Turn Data Generation via Simulated Agent-Human
+Interplay", arXiv:2504.03601, phase 2).
 
 For each task row:
 
@@ -37,28 +39,24 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..core.schema import Trajectory
+from ..core.schema import Message, Trajectory
+from ..core.task import GroundTruth
 from ..envs.episode import Episode, PolicyStep
 from ..envs.verifiers.episode import EpisodeVerdict, verify_episode
-from .base import Context, Emit, RowStage, StageConfig, register
-from .policies import LLMPolicy, PolicyError
-from .rollouts import (
+from .common.policies import LLMPolicy, PolicyError
+from .common.rollouts import (
+    ROLLOUT_WRITES,
     RolloutLimits,
+    RolloutStage,
     episode_row,
-    expected_steps,
     judge_episode,
     make_env,
-    task_of,
 )
+from .context import Context
+from .kinds import Emit, StageConfig
+from .registry import register
 
 __all__ = ["RejectionSampling", "RejectionSamplingConfig"]
-
-PAPER = {
-    "title": "APIGen: Automated Pipeline for Generating Verifiable and Diverse "
-    "Function-Calling Datasets",
-    "arxiv": "2406.18518",
-    "citation": "Liu et al., NeurIPS 2024 Datasets and Benchmarks",
-}
 
 
 class RejectionSamplingConfig(StageConfig):
@@ -88,32 +86,19 @@ class RejectionSamplingConfig(StageConfig):
 
 
 @register
-class RejectionSampling(RowStage):
+class RejectionSampling(RolloutStage[RejectionSamplingConfig]):
     """N rollouts per task, verified format → execution → state/calls → judge; failures kept."""
 
     name = "rejection_sampling"
-    Config = RejectionSamplingConfig
-    writes = (
-        "success",
-        "reward",
-        "reward_components",
-        "format_errors",
-        "failure_layer",
-        "failure_reason",
-        "rollouts_total",
-        "rollouts_passed",
-        "judge",
-    )
+    writes = (*ROLLOUT_WRITES, "rollouts_total", "rollouts_passed", "judge")
     outputs = ("main", "failed")
-    io_bound = True
-    concurrency = 64
 
     def setup(self, ctx: Context) -> None:
         self._slots: dict[Any, asyncio.Semaphore] = {}
 
     def _episode_slots(self, ctx: Context) -> asyncio.Semaphore:
         """One semaphore per event loop bounding the episodes in flight."""
-        cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if not hasattr(self, "_slots"):
             self._slots = {}
         loop = asyncio.get_running_loop()
@@ -122,18 +107,10 @@ class RejectionSampling(RowStage):
             self._slots[loop] = asyncio.Semaphore(n)
         return self._slots[loop]
 
-    def priority(self, row: Trajectory) -> float:
-        """Longest expected episodes first (gold steps and turns), so a batch does not end
-        waiting on a few long rollouts with the endpoint half empty."""
-        return expected_steps(row)
-
-    async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
-        cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
-        gt, opening = task_of(row)
-        ctx.metrics.inc("tasks")
-        if gt is None:
-            ctx.metrics.inc("skipped.no_ground_truth")
-            return []
+    async def rollout(
+        self, row: Trajectory, gt: GroundTruth, opening: list[Message], ctx: Context
+    ) -> list[Trajectory | Emit]:
+        cfg = self.config
         # 1) N rollouts
         first: list[PolicyStep | None] = [None] * cfg.n
         first_error: str | None = None
@@ -202,7 +179,7 @@ class RejectionSampling(RowStage):
         first: PolicyStep | None,
         first_error: str | None,
     ) -> tuple[Any, EpisodeVerdict, Any]:
-        cfg: RejectionSamplingConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         env = make_env(ctx, row, gt)
         ep = Episode(gt, env, tools=row.tools, prefix=opening, limits=cfg.limits.limits())
         policy = LLMPolicy(

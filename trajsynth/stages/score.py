@@ -1,4 +1,4 @@
-"""``score``: the brief's quality score, rewards and coherence for every row
+"""``score``: the reference quality score, rewards and coherence for every row
 (:mod:`trajsynth.quality.scores` holds the formulas and their definitions).
 
 For each row:
@@ -28,9 +28,12 @@ from pydantic import Field
 
 from ..core.schema import CONTEXT_FLAG
 from ..quality.scores import ScoreWeights, score_conversation
-from .base import Context, MapStage, Output, StageConfig, register
+from .common.columns import replace_columns
+from .context import Context
+from .kinds import MapStage, Output, StageConfig
+from .registry import register
 
-__all__ = ["Score", "ScoreConfig", "replace_columns"]
+__all__ = ["Score", "ScoreConfig"]
 
 _COMPONENTS_TYPE = pa.map_(pa.string(), pa.float64())
 
@@ -43,15 +46,6 @@ class ScoreConfig(ScoreWeights, StageConfig):
     )
 
 
-def replace_columns(batch: pa.RecordBatch | pa.Table, columns: dict[str, pa.Array]) -> pa.Table:
-    """A new table equal to ``batch`` with ``columns`` set (added when absent)."""
-    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-    for name, values in columns.items():
-        i = table.schema.get_field_index(name)
-        table = table.set_column(i, name, values) if i >= 0 else table.append_column(name, values)
-    return table
-
-
 def _existing(batch: pa.RecordBatch, name: str) -> list:
     if name in batch.schema.names:
         return batch.column(name).to_pylist()
@@ -59,15 +53,14 @@ def _existing(batch: pa.RecordBatch, name: str) -> list:
 
 
 @register
-class Score(MapStage):
-    """Reference quality score, penalised and agent rewards, coherence (brief's formulas)."""
+class Score(MapStage[ScoreConfig]):
+    """Reference quality score, penalised and agent rewards, coherence."""
 
     name = "score"
-    Config = ScoreConfig
     writes = ("quality_score", "reward", "reward_components")
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: ScoreConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         weights = ScoreWeights(**{k: getattr(cfg, k) for k in ScoreWeights.model_fields})
         reward_key = "penalized_reward" if cfg.reward == "penalized" else "agent_reward"
         for batch in batches:

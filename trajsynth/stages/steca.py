@@ -1,8 +1,7 @@
 """``steca``: STeCa step-level trajectory calibration (Wang, Wang, Leong, Li 2025, "STeCa:
 Step-level Trajectory Calibration for LLM Agent Learning", arXiv:2502.14276, ACL Findings;
 code ``WangHanLinHenry/STeCa``: ``sampling/alfworld/monte_carlo_sample_alfworld.py``,
-``data_collection/data_cali_alfworld.py``, ``data_collection/data_explored_alfworld.py``;
-METHODS.md §5 and §10).
+``data_collection/data_cali_alfworld.py``, ``data_collection/data_explored_alfworld.py``).
 
 A failed trajectory went wrong somewhere. STeCa finds the step where it deviated from an
 expert by Monte Carlo step values, and builds a calibrated trajectory: the expert's prefix,
@@ -83,18 +82,15 @@ from ..envs.episode import Episode, EpisodeResult, EpisodeSnapshot, PolicyStep
 from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.final_state import replay
 from ..quality.ndtw import action_key, ndtw_deviation, steca_weight
-from .base import Context, GlobalStage, Output, StageConfig, register
-from .policies import LLMPolicy, PolicyError
-from .replay import gold_messages, message_key, play_steps, step_slices
-from .rollouts import RolloutLimits, make_env, task_of
+from .common.policies import LLMPolicy, PolicyError
+from .common.replay import gold_messages, message_key, play_steps, step_slices
+from .common.rollouts import RolloutLimits, make_env, task_of
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
-__all__ = ["PAPER", "REFLECT_PROMPT", "Steca", "StecaConfig"]
+__all__ = ["REFLECT_PROMPT", "Steca", "StecaConfig"]
 
-PAPER = {
-    "title": "STeCa: Step-level Trajectory Calibration for LLM Agent Learning",
-    "arxiv": "2502.14276",
-    "citation": "Wang, Wang, Leong, Li, Findings of ACL 2025",
-}
 
 #: STeCa's calibration-thought prompt (``data_cali_alfworld.py``), for tool calls
 REFLECT_PROMPT = """{history}
@@ -259,11 +255,10 @@ def _broken(result: EpisodeResult, gt: GroundTruth) -> bool:
 
 
 @register
-class Steca(GlobalStage):
+class Steca(GlobalStage[StecaConfig]):
     """STeCa: Monte Carlo step values find the deviated step; reflect, calibrate, verify."""
 
     name = "steca"
-    Config = StecaConfig
     writes = (
         "success",
         "reward",
@@ -285,7 +280,7 @@ class Steca(GlobalStage):
             yield to_batch(out)
 
     async def _run(self, by_task: dict[str, list[Trajectory]], ctx: Context) -> list[Trajectory]:
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         sem = asyncio.Semaphore(cfg.concurrency)
 
         async def one(task_id: str) -> list[Trajectory]:
@@ -302,7 +297,7 @@ class Steca(GlobalStage):
 
     # -- one task --------------------------------------------------------------------------
     async def _task(self, ctx: Context, rows: list[Trajectory]) -> list[Trajectory]:
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         ctx.metrics.inc("tasks")
         failed = [r for r in rows if r.success is False and r.messages]
         ctx.metrics.inc("failed_rollouts", len(failed))
@@ -328,7 +323,7 @@ class Steca(GlobalStage):
     async def _expert(
         self, ctx: Context, rows: list[Trajectory], gt: GroundTruth
     ) -> _Expert | None:
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         wins = [r for r in rows if r.success and r.messages]
         if cfg.expert != "gold" and wins:
             e = min(wins, key=lambda r: (r.num_turns, r.id))
@@ -347,7 +342,7 @@ class Steca(GlobalStage):
 
     # -- one failed rollout ------------------------------------------------------------------
     async def _calibrate(self, ctx: Context, task: _Task, a: Trajectory) -> Trajectory | None:
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         e = task.expert
         e_steps, a_steps = _steps(e.messages), _steps(a.messages)
         # 1) the explored step: the first that differs from the expert's
@@ -484,7 +479,7 @@ class Steca(GlobalStage):
         expert: Message,
     ) -> str | None:
         """Step 5: STeCa's reflection prompt (reflector role)."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if expert.tool_calls:
             action = "; ".join(f"{c.name}({c.arguments})" for c in expert.tool_calls)
         else:
@@ -530,13 +525,13 @@ class Steca(GlobalStage):
 
     def _outcome(self, ctx: Context, result: EpisodeResult, task: _Task, turn: int) -> bool:
         """A rollout's outcome at the horizon, verified like a rejection-sampling rollout."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         gt = task.gt if cfg.horizon == "episode" else self._turn_gt(ctx, task, turn)
         return verify_episode(result, gt, task.row.tools).ok
 
     async def _root(self, ctx: Context, task: _Task, prefix: list[Message]) -> _Root:
         """A prefix played out (no LLM): where rollouts start, or its known outcome."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         key = _prefix_key(prefix)
         if key not in task.roots:
             ep = Episode(
@@ -562,7 +557,7 @@ class Steca(GlobalStage):
 
     async def _sibling_outcome(self, ctx: Context, task: _Task, row: Trajectory, turn: int) -> bool:
         """A sibling's outcome at the horizon: its episode's, or its turn's (replayed)."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if cfg.horizon == "episode":
             return bool(row.success)
         key = (row.id, turn)
@@ -595,7 +590,7 @@ class Steca(GlobalStage):
         """The Monte Carlo value of ``prefix``: siblings through the same steps, then fresh
         rollouts up to N. With ``threshold`` (``decide_early``), fresh rollouts come in
         rounds, each as large as the fewest that could decide ``value ≤ threshold``."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         root = await self._root(ctx, task, prefix)
         if root.outcome is not None:
             return _Value(float(root.outcome), 0, 0, exact=True)
@@ -640,7 +635,7 @@ class Steca(GlobalStage):
     ) -> list[bool]:
         """``k`` rollouts of the policy from ``root`` (step 3: branches of identical
         messages share one request)."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         assert root.snap is not None
         outcomes: list[bool] = []
         if cfg.group_requests:
@@ -668,7 +663,7 @@ class Steca(GlobalStage):
         pkey: str,
     ) -> tuple[list[bool], list[tuple[EpisodeSnapshot, int, tuple[int, ...]]]]:
         """One request for a branch of ``k`` rollouts; its choices grouped by message."""
-        cfg: StecaConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         row, gt = task.row, task.gt
         ep = Episode(
             gt,

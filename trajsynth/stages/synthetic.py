@@ -18,7 +18,9 @@ from pydantic import Field
 from ..core.batch import to_batch
 from ..core.ids import seed_from, stable_id
 from ..core.schema import Message, ToolCall, Trajectory
-from .base import Context, Output, SourceStage, StageConfig, register
+from .context import Context
+from .kinds import Output, SourceStage, StageConfig
+from .registry import register
 
 __all__ = ["Synthetic", "synthetic_row"]
 
@@ -179,18 +181,17 @@ class SyntheticConfig(StageConfig):
 
 
 @register
-class Synthetic(SourceStage):
+class Synthetic(SourceStage[SyntheticConfig]):
     """Seeded synthetic trajectory rows for tests and benchmarks (not training data)."""
 
     name = "synthetic"
-    Config = SyntheticConfig
     writes = ("success",)
 
     def expected_rows(self) -> int | None:
-        return self.config.rows  # type: ignore[attr-defined]
+        return self.config.rows
 
     def generate(self, ctx: Context, offset: int = 0) -> Iterator[Output]:
-        cfg: SyntheticConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         for start in range(offset, cfg.rows, cfg.batch_rows):
             stop = min(start + cfg.batch_rows, cfg.rows)
             yield to_batch(

@@ -1,6 +1,7 @@
-"""``train_sft`` and ``train_grpo``: the trainer (:mod:`trajsynth.train`) as pipeline stages, so
-a loop can train, probe and train again (LoopTool: π_{j+1} = train(π_j, D_j), warm-started from
-the previous round's checkpoint; METHODS.md §1 "Loop" and "Training").
+"""``train_sft`` and ``train_grpo``: the trainer (:mod:`trajsynth.train`) as pipeline stages, so a
+loop can train, probe and train again (LoopTool: π_{j+1} = train(π_j, D_j), warm-started from the
+previous round's checkpoint; Zhang et al. 2025, "LoopTool: Closing the Data–Training Loop for Robust
+LLM Tool Calls", arXiv:2511.09148).
 
 Both are thin global stages over the trainer's public functions:
 
@@ -25,8 +26,12 @@ import pyarrow as pa
 from pydantic import Field
 
 from ..core.batch import to_records
-from ..core.errors import DataError
-from .base import Context, GlobalStage, Output, StageConfig, register
+from ..core.errors import ConfigError, DataError
+from ..train.grpo import GRPOConfig, train_grpo
+from ..train.sft import SFTConfig, train_sft
+from .context import Context
+from .kinds import GlobalStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["TrainGRPO", "TrainGRPOConfig", "TrainSFT", "TrainSFTConfig"]
 
@@ -45,18 +50,15 @@ class TrainSFTConfig(StageConfig):
 
 
 @register
-class TrainSFT(GlobalStage):
+class TrainSFT(GlobalStage[TrainSFTConfig]):
     """SFT of the student (assistant tokens only); warm-starts from a needed checkpoint."""
 
     name = "train_sft"
-    Config = TrainSFTConfig
     makes_artifact = True
     outputs = ("main",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        from ..train.sft import SFTConfig, train_sft
-
-        cfg: TrainSFTConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # 1) the rows
         rows = [r for b in batches for r in to_records(b) if r.messages]
         if not rows:
@@ -88,19 +90,15 @@ class TrainGRPOConfig(StageConfig):
 
 
 @register
-class TrainGRPO(GlobalStage):
+class TrainGRPO(GlobalStage[TrainGRPOConfig]):
     """GRPO of the student on task rows from the needed checkpoint (LoopTool's trainer)."""
 
     name = "train_grpo"
-    Config = TrainGRPOConfig
     makes_artifact = True
     outputs = ("main",)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        from ..core.errors import ConfigError
-        from ..train.grpo import GRPOConfig, train_grpo
-
-        cfg: TrainGRPOConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         # 1) task rows
         tasks = [r for b in batches for r in to_records(b) if r.ground_truth is not None]
         if not tasks:

@@ -1,6 +1,6 @@
-"""``tsr``: Trajectory-Search Rollouts (Djuhera et al. 2026, arXiv:2602.11767; METHODS.md §6a
-and §10): at every turn several candidate actions are sampled from the policy, each is tried
-from a snapshot of the environment and scored, and only the best one(s) are kept.
+"""``tsr``: Trajectory-Search Rollouts (Djuhera et al. 2026, "Trajectory-Search Rollouts",
+arXiv:2602.11767): at every turn several candidate actions are sampled from the policy, each is
+tried from a snapshot of the environment and scored, and only the best one(s) are kept.
 
 For each task row (its ground truth gives the gold state the scorer aims at):
 
@@ -22,7 +22,7 @@ For each task row (its ground truth gives the gold state the scorer aims at):
    kept at most) and the log-probabilities of the executed actions when the backend reports
    them (``extra["logprobs"]``).
 
-Deviations: no shallow lookahead and no instance filtering (both optional in METHODS.md);
+Deviations: no shallow lookahead and no instance filtering (both optional in the paper);
 the scorer is the gold-progress one above (TSR's scorers are task-specific).
 """
 
@@ -33,24 +33,20 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..core.schema import Trajectory
+from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
 from ..envs.base import EnvSnapshot
 from ..envs.episode import Episode, EpisodeSnapshot
 from ..envs.verifiers.call_match import match_call
 from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.final_state import replay
-from .base import Context, RowStage, StageConfig, register
-from .policies import LLMPolicy, PolicyError
-from .rollouts import RolloutLimits, episode_row, expected_steps, make_env, task_of
+from .common.policies import LLMPolicy, PolicyError
+from .common.rollouts import ROLLOUT_WRITES, RolloutLimits, RolloutStage, episode_row, make_env
+from .context import Context
+from .kinds import Emit, StageConfig
+from .registry import register
 
 __all__ = ["TSR", "TSRConfig", "progress_score"]
-
-PAPER = {
-    "title": "Trajectory-Search Rollouts",
-    "arxiv": "2602.11767",
-    "citation": "Djuhera et al., 2026",
-}
 
 
 class TSRConfig(StageConfig):
@@ -74,33 +70,16 @@ class _Beam:
 
 
 @register
-class TSR(RowStage):
+class TSR(RolloutStage[TSRConfig]):
     """Per-step search over policy samples scored by progress toward the gold state."""
 
     name = "tsr"
-    Config = TSRConfig
-    writes = (
-        "success",
-        "reward",
-        "reward_components",
-        "format_errors",
-        "failure_layer",
-        "failure_reason",
-        "step_rewards",
-    )
-    io_bound = True
-    concurrency = 64
+    writes = (*ROLLOUT_WRITES, "step_rewards")
 
-    def priority(self, row: Trajectory) -> float:
-        return expected_steps(row)  # longest episodes first
-
-    async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory]:
-        cfg: TSRConfig = self.config  # type: ignore[assignment]
-        gt, opening = task_of(row)
-        ctx.metrics.inc("tasks")
-        if gt is None:
-            ctx.metrics.inc("skipped.no_ground_truth")
-            return []
+    async def rollout(
+        self, row: Trajectory, gt: GroundTruth, opening: list[Message], ctx: Context
+    ) -> list[Trajectory | Emit]:
+        cfg = self.config
         # 1) the gold final state
         gold_env = make_env(ctx, row, gt)
         gold_env.reset(gt)

@@ -16,7 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from .base import Context, Emit, GlobalStage, MapStage, Output, StageConfig, register
+from .context import Context
+from .kinds import Emit, GlobalStage, MapStage, Output, StageConfig
+from .registry import register
 
 __all__ = ["Concat", "Sample", "Split", "hash_unit"]
 
@@ -51,14 +53,13 @@ class SampleConfig(StageConfig):
 
 
 @register
-class Sample(GlobalStage):
+class Sample(GlobalStage[SampleConfig]):
     """Keep N rows (or a fraction), chosen uniformly at random by a seeded hash of their id."""
 
     name = "sample"
-    Config = SampleConfig
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: SampleConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         salt = f"{ctx.seed}:{ctx.stage_id}"
         key_column = "id" if cfg.by == "row" else "task_id"
         if cfg.fraction is not None:
@@ -114,15 +115,14 @@ class ConcatConfig(StageConfig):
 
 
 @register
-class Concat(GlobalStage):
+class Concat(GlobalStage[ConcatConfig]):
     """Union of all inputs, in input order; a row whose id was already seen is dropped."""
 
     name = "concat"
-    Config = ConcatConfig
     inputs_range = (1, None)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: ConcatConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         seen: set[str] = set()
         for batch in batches:
             if not cfg.drop_repeated_ids:
@@ -147,15 +147,14 @@ class SplitConfig(StageConfig):
 
 
 @register
-class Split(MapStage):
+class Split(MapStage[SplitConfig]):
     """Train/eval split by a stable hash of task_id, so a task never lands in both."""
 
     name = "split"
-    Config = SplitConfig
     outputs = ("train", "eval")
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        cfg: SplitConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         for batch in batches:
             u = hash_unit(batch.column("task_id").to_pylist(), f"split:{cfg.salt}")
             is_eval = pa.array(u < cfg.eval_fraction)

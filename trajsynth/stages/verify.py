@@ -52,18 +52,15 @@ from ..core.prompts import conversation_text
 from ..core.schema import Judge, ToolCall, Trajectory
 from ..core.task import GroundTruth
 from ..quality.trace import parse_trace
-from .base import Context, RowStage, StageConfig, register
+from .context import Context
+from .kinds import RowStage, StageConfig
+from .registry import register
 
 __all__ = ["JUDGE_PROMPT", "Verify", "VerifyConfig"]
 
-PAPER = {
-    "title": "APIGen: Automated Pipeline for Generating Verifiable and Diverse Function-Calling "
-    "Datasets",
-    "arxiv": "2406.18518",
-}
 
 #: APIGen's semantic checker, as distilabel's re-implementation gives the original prompt
-#: (METHODS.md §7), adapted from one query to a whole conversation
+#: (APIGen, arXiv:2406.18518, §3.2), adapted from one query to a whole conversation
 JUDGE_PROMPT = """As a data quality evaluator, you must assess the alignment between a user's \
 request, the function calls an assistant made, the results they returned, and the \
 assistant's final answer. Do not pass if:
@@ -156,16 +153,15 @@ def _parse_verdict(text: str | None) -> tuple[bool | None, str]:
 
 
 @register
-class Verify(RowStage):
+class Verify(RowStage[VerifyConfig]):
     """APIGen's layers (format, execution replay, LLM judge) + final state and call match."""
 
     name = "verify"
-    Config = VerifyConfig
     writes = ("success", "reward_components", "format_errors", "failure_layer", "failure_reason")
     concurrency = 32
 
     def setup(self, ctx: Context) -> None:
-        cfg: VerifyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if cfg.judge:
             try:
                 ctx.llm("judge")
@@ -176,7 +172,7 @@ class Verify(RowStage):
                 ) from exc
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Any]:
-        cfg: VerifyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         out = _Outcome()
         steps = row.assistant_steps()
         gt = GroundTruth.from_json(row.ground_truth) if row.ground_truth is not None else None
@@ -237,7 +233,7 @@ class Verify(RowStage):
             return set()
 
     def _replay(self, row: Trajectory, gt: GroundTruth | None, ctx: Context) -> tuple[bool, str]:
-        cfg: VerifyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         trace = parse_trace([m.model_dump() for m in row.messages], row.tools)
         try:
             env = ctx.envs.make(

@@ -58,13 +58,8 @@ from .modeling import autocast, load_student, resolve_device, resolve_dtype, sel
 from .progress import NullProgress, Progress
 from .rollout import Episode, LocalPolicy, RolloutConfig, run_rollouts
 
-__all__ = ["PAPER", "GRPOConfig", "GRPOResult", "train_grpo"]
+__all__ = ["GRPOConfig", "GRPOResult", "train_grpo"]
 
-PAPER = {
-    "title": "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models",
-    "arxiv": "2402.03300",
-    "citation": "Shao et al. 2024",
-}
 STATE_FILE = "trajsynth_grpo.json"
 
 #: an episode's task reward in [0, 1] from its row and messages (default: the verifiers)

@@ -40,6 +40,8 @@ from ...core.task import GoldCall, GroundTruth
 
 __all__ = [
     "ROLE_BEHAVIOURS",
+    "VERDICTS",
+    "VERDICT_STATUS",
     "ActorMeta",
     "DirectorMeta",
     "ExpanderMeta",
@@ -261,6 +263,19 @@ class QueryWriterMeta(_Meta):
     n_queries: int = Field(3, ge=1, le=20, description="Phrasings returned.")
     persona: str | None = None
     style: Literal["plain", "casual", "formal", "terse"] | None = None
+
+
+#: LoopTool's JGLV verdicts (Response 1 is the label, Response 2 the prediction): what the
+#: stage's prompt asks for and what the simulated judge answers
+VERDICTS = ("RESPONSE1_INCORRECT", "RESPONSE2_INCORRECT", "BOTH_CORRECT", "BOTH_INCORRECT")
+#: each verdict as the status JGLV records for the sample
+VERDICT_STATUS = dict(
+    zip(
+        VERDICTS,
+        ("original_incorrect", "model_incorrect", "both_correct", "both_incorrect"),
+        strict=True,
+    )
+)
 
 
 class JudgeMeta(_Meta):

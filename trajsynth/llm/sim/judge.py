@@ -34,21 +34,16 @@ from ...core.ids import canonical_json
 from ...core.task import GoldCall
 from ..parsing import parse_output
 from .actor import SimOutput
-from .contracts import JudgeMeta, SimConfig, VerifierMeta
+from .contracts import VERDICT_STATUS, VERDICTS, JudgeMeta, SimConfig, VerifierMeta
 from .text import ToolIndex, param_words
 
 __all__ = ["VERDICTS", "judge", "multiset_equal", "verify"]
 
-VERDICTS = ("RESPONSE1_INCORRECT", "RESPONSE2_INCORRECT", "BOTH_CORRECT", "BOTH_INCORRECT")
-
 _TRUTH_ALIASES = {
     "label_wrong": "RESPONSE1_INCORRECT",
-    "original_incorrect": "RESPONSE1_INCORRECT",
     "pred_wrong": "RESPONSE2_INCORRECT",
     "prediction_wrong": "RESPONSE2_INCORRECT",
-    "model_incorrect": "RESPONSE2_INCORRECT",
-    "both_correct": "BOTH_CORRECT",
-    "both_incorrect": "BOTH_INCORRECT",
+    **{status: verdict for verdict, status in VERDICT_STATUS.items()},
 }
 _ERROR_WORDS = re.compile(r"\b(error|exception|failed|failure|invalid|not found)\b", re.I)
 _STOP = {"the", "a", "an", "of", "for", "to", "and", "or", "in", "on", "by", "with", "id", "get"}

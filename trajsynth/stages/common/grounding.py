@@ -2,9 +2,10 @@
 environment's state, outputs threaded into later inputs, every call run for real.
 
 A graph path says *which* functions run and which parameter takes which earlier return field;
-it has no values. Magnet writes them with an LLM ("forward translation", METHODS.md §2 step 5)
-and executes each turn before the next. Offline, values come from the domain itself, and the
-calls are executed in order:
+it has no values. Magnet writes them with an LLM and executes each turn before the next
+("forward translation"; Yin et al. 2025, "Magnet: Multi-turn Tool-use Data Synthesis and
+Distillation via Graph Translation", arXiv:2503.07826, §3). Offline, values come from the
+domain itself, and the calls are executed in order:
 
 1) value pools (:class:`ValuePool`): every value the environment's state holds, indexed by
    field name (``email``, ``order_id``, ``city``; nested fields by their last name, e.g.
@@ -37,16 +38,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.jsonvalues import json_fields
-from ..envs.base import Environment
-from ..envs.spec import ToolSpec
-from ..envs.verifiers.schema import type_ok
-from ..graph.signature import resolve_field
+from ...core.jsonvalues import json_fields
+from ...envs.base import Environment
+from ...envs.spec import ToolSpec
+from ...envs.verifiers.schema import type_ok
+from ...graph.ops import PathCall
+from ...graph.signature import SignatureGraph, resolve_field
+from ..context import Metrics
 
 JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
 
 __all__ = [
     "ExecutedCall",
+    "FeedFeedback",
     "PlanFailed",
     "PlannedCall",
     "ValuePool",
@@ -358,3 +362,37 @@ def execute_plan(
             reason = "call_failed" if ": " in last and "output has no" not in last else "no_value"
             raise PlanFailed(reason, f"{last} after {attempts} attempts", i)
     return done
+
+
+class FeedFeedback:
+    """Execution feedback on a signature graph: a feed (an output field bound to a later
+    parameter) whose calls failed ``prune_after`` times and never worked is removed from the
+    graph (``graph.pruned_feeds``): its values never work there. Magnet refines its graph this
+    way, HardGen its API graph."""
+
+    def __init__(self, prune_after: int) -> None:
+        self.prune_after = prune_after
+        self._feeds: dict[str, list[int]] = {}  # feed → [successes, failures]
+
+    def record(
+        self,
+        graph: SignatureGraph,
+        path: list[PathCall],
+        failed: int,
+        *,
+        ok: bool,
+        metrics: Metrics,
+    ) -> None:
+        """Count the feeds of ``path`` run up to call ``failed`` (the one that failed, unless
+        ``ok``) and prune the feeds that only ever failed."""
+        tool_of = {c.uid: c.tool for c in path}
+        for i, c in enumerate(path[: failed + 1]):
+            for b in c.bindings:
+                key = (tool_of[b.source], b.field, c.tool, b.param)
+                stats = self._feeds.setdefault(graph.toolset.name + "|" + repr(key), [0, 0])
+                if ok or i < failed:
+                    stats[0] += 1
+                elif i == failed:
+                    stats[1] += 1
+                    if stats[0] == 0 and stats[1] >= self.prune_after and graph.remove_feed(*key):
+                        metrics.inc("graph.pruned_feeds")

@@ -17,29 +17,35 @@ made from a played episode.
 from __future__ import annotations
 
 import json
-from typing import Any
+from abc import abstractmethod
+from typing import Any, TypeVar
 
-from ..core.ids import stable_id
-from ..core.prompts import system_prompt
-from ..core.schema import Judge, Message, Trajectory
-from ..core.task import GroundTruth
-from ..envs.base import Environment
-from ..envs.episode import EpisodeLimits, EpisodeResult
-from ..envs.verifiers.episode import EpisodeVerdict
-from .base import Context, StageConfig
+from ...core.ids import stable_id
+from ...core.prompts import system_prompt
+from ...core.schema import Judge, Message, Trajectory
+from ...core.task import GroundTruth
+from ...envs.base import Environment
+from ...envs.episode import EpisodeLimits, EpisodeResult
+from ...envs.verifiers.episode import EpisodeVerdict
+from ..context import Context
+from ..kinds import Emit, RowStage, StageConfig
 
 __all__ = [
     "JUDGE_PROMPT",
+    "ROLLOUT_WRITES",
     "RolloutLimits",
+    "RolloutStage",
     "episode_row",
     "expected_steps",
     "judge_episode",
     "make_env",
+    "passed_columns",
     "task_of",
 ]
 
-#: APIGen's semantic checker (METHODS.md §7, from distilabel's "original implementation"),
-#: adapted from one query to a conversation
+#: APIGen's semantic checker (Liu et al. 2024, "APIGen: Automated Pipeline for Generating
+#: Verifiable and Diverse Function-Calling Datasets", arXiv:2406.18518, §3.2; the prompt as
+#: distilabel's re-implementation gives the original), adapted from one query to a conversation
 JUDGE_PROMPT = """As a data quality evaluator, assess the alignment between the user's \
 requests, the function calls the assistant made and the results they returned. Do not pass \
 if: (1) the calls do not align with the requests' objective or the arguments are wrong; \
@@ -191,3 +197,60 @@ def episode_row(
     }
     data.update(columns)
     return Trajectory.model_validate(data)
+
+
+def passed_columns(result: EpisodeResult, verdict: EpisodeVerdict) -> dict[str, Any]:
+    """The conversation and outcome columns of an episode that passed verification."""
+    return {
+        "messages": result.messages,
+        "success": True,
+        "reward": 1.0,
+        "reward_components": dict(verdict.components),
+        "format_errors": list(result.format_errors),
+    }
+
+
+#: the outcome columns every rollout stage fills
+ROLLOUT_WRITES = (
+    "success",
+    "reward",
+    "reward_components",
+    "format_errors",
+    "failure_layer",
+    "failure_reason",
+)
+
+C = TypeVar("C", bound=StageConfig)
+
+
+class RolloutStage(RowStage[C]):
+    """A row stage that plays episodes of each task row (rejection sampling, director/actor,
+    TSR, Magnet pairs): I/O-bound, longest expected episodes first, every row counted in
+    ``tasks``; a row without ground truth is skipped (``skipped.no_ground_truth``) unless the
+    stage overrides :meth:`rollout_without_task`."""
+
+    writes = ROLLOUT_WRITES
+    io_bound = True
+    concurrency = 64
+
+    def priority(self, row: Trajectory) -> float:
+        return expected_steps(row)  # longest episodes first
+
+    async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
+        gt, opening = task_of(row)
+        ctx.metrics.inc("tasks")
+        if gt is None:
+            return await self.rollout_without_task(row, opening, ctx)
+        return await self.rollout(row, gt, opening, ctx)
+
+    @abstractmethod
+    async def rollout(
+        self, row: Trajectory, gt: GroundTruth, opening: list[Message], ctx: Context
+    ) -> list[Trajectory | Emit]:
+        """The rows made from task ``row``, whose episodes start from ``opening``."""
+
+    async def rollout_without_task(
+        self, row: Trajectory, opening: list[Message], ctx: Context
+    ) -> list[Trajectory | Emit]:
+        ctx.metrics.inc("skipped.no_ground_truth")
+        return []

@@ -25,11 +25,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.schema import Message
-from ..core.task import GoldCall, GroundTruth
-from ..envs.episode import PolicyStep, UserEvent, turn_starts
-from ..graph.signature import EdgeQuestion
-from .base import Context
+from ...core.schema import Message
+from ...core.task import GoldCall, GroundTruth
+from ...envs.episode import PolicyStep, UserEvent, turn_starts
+from ...graph.signature import EdgeQuestion
+from ..context import Context
 
 __all__ = [
     "USER_PROMPT",

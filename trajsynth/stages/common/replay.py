@@ -22,11 +22,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.ids import canonical_json, stable_hash
-from ..core.schema import Message, ToolCall
-from ..core.task import GoldCall, GroundTruth
-from ..envs.base import Environment
-from ..envs.episode import Episode, EpisodeLimits, EpisodeResult, is_question
+from ...core.ids import canonical_json, stable_hash
+from ...core.schema import Message, ToolCall
+from ...core.task import GoldCall, GroundTruth
+from ...envs.base import Environment
+from ...envs.episode import Episode, EpisodeLimits, EpisodeResult, is_question
 
 __all__ = [
     "calls_message",

@@ -1,0 +1,142 @@
+"""The stage registry: built-in modules are found without a hand-kept list, a module that does
+not import is an error naming it (never a silently missing stage), and configs are typed by the
+stage's generic parameter.
+
+Run: python -m pytest tests/stages/test_registry.py -q
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trajsynth.stages import (
+    GlobalStage,
+    RowStage,
+    StageConfig,
+    StageImportError,
+    build_stage,
+    get_stage,
+    load_builtin_stages,
+    registry,
+)
+
+STAGES_DIR = Path(registry.__file__).parent
+
+
+def test_every_builtin_module_is_found_and_registers_its_stages() -> None:
+    found = registry.stage_modules()
+    on_disk = sorted(
+        f"trajsynth.stages.{p.stem}"
+        for p in STAGES_DIR.glob("*.py")
+        if not p.stem.startswith("_") and p.stem not in registry.MACHINERY
+    )
+    assert found == on_disk
+    assert "trajsynth.stages.echo" in found and "trajsynth.stages.kinds" not in found
+    stages = load_builtin_stages()
+    modules = {cls.__module__ for cls in stages.values()}
+    # every discovered module defines at least one stage: helpers live in stages.common
+    assert set(found) <= modules
+
+
+def test_no_method_module_imports_another() -> None:
+    methods = {m.rsplit(".", 1)[1] for m in registry.stage_modules()}
+    borrowed = []
+    for name in sorted(methods):
+        tree = ast.parse((STAGES_DIR / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                absolute = node.level == 0 and (node.module or "").startswith("trajsynth.stages.")
+                relative = node.level == 1
+                target = (node.module or "").split(".")[-1 if absolute else 0]
+                if (absolute or relative) and target in methods:
+                    borrowed.append(f"{name} imports {target}")
+                if relative and node.module is None:  # from . import echo
+                    borrowed += [
+                        f"{name} imports {a.name}" for a in node.names if a.name in methods
+                    ]
+    assert borrowed == []
+
+
+def _plant(tmp_path: Path, package: str, body: str) -> None:
+    pkg = tmp_path / package
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "good.py").write_text("X = 1\n")
+    (pkg / "broken.py").write_text(body)
+
+
+def test_a_module_that_does_not_import_is_named_with_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _plant(tmp_path, "planted_stages", "import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert registry.stage_modules("planted_stages") == [
+        "planted_stages.broken",
+        "planted_stages.good",
+    ]
+    # the loader scans its package; point it at the planted one and force a fresh load
+    monkeypatch.setattr(registry, "stage_modules", lambda: ["planted_stages.broken"])
+    monkeypatch.setattr(registry, "_loaded", False)
+    with pytest.raises(StageImportError) as err:
+        get_stage("echo")
+    msg = str(err.value)
+    assert "'planted_stages.broken'" in msg
+    assert "ModuleNotFoundError: No module named 'no_such_dependency_xyz'" in msg
+    assert registry._loaded is False  # the next lookup tries again and fails again
+    monkeypatch.undo()
+    assert get_stage("echo").name == "echo"
+
+
+def test_the_cli_reports_a_broken_plugin_in_one_line_and_exits_non_zero(tmp_path: Path) -> None:
+    (tmp_path / "broken_plugin.py").write_text("raise RuntimeError('plugin is broken')\n")
+    dist = tmp_path / "broken_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[trajsynth.stages]\nbroken = broken_plugin\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    res = subprocess.run(
+        [sys.executable, "-m", "trajsynth", "stages"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "stage plugin 'broken' (broken_plugin) failed to import" in res.stderr
+    assert "RuntimeError: plugin is broken" in res.stderr
+    assert "Traceback" not in res.stderr + res.stdout
+
+
+class TypedConfig(StageConfig):
+    limit: int = 3
+
+
+class TypedStage(GlobalStage[TypedConfig]):
+    name = "typed_stage_for_test"
+
+    def process(self, batches, ctx):  # type: ignore[override]
+        yield from ()
+
+
+class InnerConfigStage(RowStage):
+    name = "inner_config_stage_for_test"
+
+    class Config(StageConfig):
+        keep: bool = True
+
+
+def test_the_config_class_comes_from_the_generic_parameter_or_an_inner_class() -> None:
+    assert TypedStage.Config is TypedConfig
+    assert TypedStage().config == TypedConfig(limit=3)
+    assert TypedStage(TypedConfig(limit=5)).config.limit == 5
+    assert InnerConfigStage.Config.__name__ == "Config"
+    assert InnerConfigStage().config.keep is True
+    # every built-in stage validates its `with:` against the class it is parameterised by
+    assert type(build_stage("echo", {}).config).__name__ == "EchoConfig"
+    assert type(build_stage("hardgen", {}).config).__name__ == "HardGenConfig"

@@ -1,0 +1,213 @@
+"""The stage registry: names to classes, discovery of the built-in and plugin stages.
+
+Every module of this package other than the machinery (``context``, ``kinds``, ``registry``)
+defines built-in stages; :func:`load_builtin_stages` finds them with :mod:`pkgutil` on first
+lookup (so ``trajsynth --help`` stays fast and torch stays out of processes that never train),
+then loads the ``trajsynth.stages`` entry points of installed plugins. A module that does not
+import is an error naming the module and the exception, never a silently missing stage.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pydantic import ValidationError
+
+from ..core.errors import BackendError, ConfigError, UnknownStageError
+from ..core.ids import stable_hash
+from .context import Context
+from .kinds import GlobalStage, MapStage, Output, SourceStage, Stage, StageConfig
+
+__all__ = [
+    "STAGES",
+    "StageImportError",
+    "build_stage",
+    "config_hash",
+    "get_stage",
+    "load_builtin_stages",
+    "register",
+    "stage",
+    "stage_modules",
+]
+
+#: modules of this package that hold the machinery, not stages
+MACHINERY = frozenset({"context", "kinds", "registry"})
+#: entry-point group of third-party stage plugins
+ENTRY_POINT_GROUP = "trajsynth.stages"
+
+STAGES: dict[str, type[Stage]] = {}
+_loaded = False
+
+
+class StageImportError(BackendError):
+    """A module that defines stages (built-in or plugin) raised when imported."""
+
+
+def register(cls: type[Stage]) -> type[Stage]:
+    """Class decorator: make ``cls`` available as ``uses: cls.name``."""
+    if not cls.name:
+        raise TypeError(f"{cls.__name__} has no `name`")
+    if cls.name in STAGES and STAGES[cls.name] is not cls:
+        existing = STAGES[cls.name]
+        if (
+            f"{existing.__module__}.{existing.__qualname__}"
+            != f"{cls.__module__}.{cls.__qualname__}"
+        ):
+            raise TypeError(f"stage name {cls.name!r} already registered by {existing!r}")
+    STAGES[cls.name] = cls
+    return cls
+
+
+def stage_modules(package: str = __package__) -> list[str]:
+    """The stage modules of ``package``: its plain modules (not subpackages, not the
+    machinery, not ``_private``), in name order."""
+    pkg = importlib.import_module(package)
+    return [
+        f"{package}.{info.name}"
+        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name)
+        if not info.ispkg and not info.name.startswith("_") and info.name not in MACHINERY
+    ]
+
+
+def import_stage_module(module: str) -> None:
+    """Import ``module``; any exception becomes a :class:`StageImportError` naming both."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        raise StageImportError(
+            f"stage module {module!r} failed to import: {type(exc).__name__}: {exc}",
+            hint="its stages are unavailable until this is fixed",
+        ) from exc
+
+
+def load_builtin_stages(extra_modules: Iterable[str] = ()) -> dict[str, type[Stage]]:
+    """Import every built-in stage module and plugin entry point (once), plus
+    ``extra_modules`` (a pipeline's ``plugins:``)."""
+    global _loaded
+    if not _loaded:
+        for mod in stage_modules():
+            import_stage_module(mod)
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                ep.load()
+            except Exception as exc:
+                raise StageImportError(
+                    f"stage plugin {ep.name!r} ({ep.value}) failed to import: "
+                    f"{type(exc).__name__}: {exc}",
+                    hint=f"fix or uninstall the package that declares it in {ENTRY_POINT_GROUP!r}",
+                ) from exc
+        _loaded = True
+    for mod in extra_modules:
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:
+            raise ConfigError(f"plugin module {mod!r} cannot be imported: {exc}") from exc
+    return STAGES
+
+
+def get_stage(name: str) -> type[Stage]:
+    """The stage class registered as ``name``; UnknownStageError with suggestions otherwise."""
+    load_builtin_stages()
+    try:
+        return STAGES[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, STAGES, n=3)
+        hint = (
+            f"did you mean {' or '.join(repr(c) for c in close)}?"
+            if close
+            else "run `trajsynth stages` for the list"
+        )
+        raise UnknownStageError(f"unknown stage {name!r}", hint=hint) from None
+
+
+def build_stage(
+    name: str, config: dict[str, Any] | StageConfig | None = None, *, where: str = ""
+) -> Stage:
+    """Instantiate stage ``name`` with ``config`` validated against its Config model."""
+    cls = get_stage(name)
+    if isinstance(config, StageConfig):
+        return cls(config)
+    try:
+        cfg = cls.Config.model_validate(config or {})
+    except ValidationError as exc:
+        raise ConfigError(
+            _format_validation(exc, prefix=where or f"stage {name!r}: with")
+        ) from None
+    return cls(cfg)
+
+
+def _format_validation(exc: ValidationError, *, prefix: str) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        parts.append(f"{prefix}.{loc}: {msg}" if loc else f"{prefix}: {msg}")
+    return "; ".join(parts)
+
+
+def config_hash(name: str, config: StageConfig) -> str:
+    return stable_hash({"uses": name, "with": config.model_dump(mode="json")})
+
+
+def stage(
+    name: str,
+    *,
+    kind: str = "map",
+    config: type[StageConfig] = StageConfig,
+    reads: Sequence[str] = (),
+    writes: Sequence[str] = (),
+    outputs: Sequence[str] = ("main",),
+) -> Callable[[Callable[..., Iterator[Output]]], type[Stage]]:
+    """Turn a generator function into a registered stage class.
+
+    ``fn(batches, ctx, config)`` for map/global stages, ``fn(ctx, config, offset)`` for
+    sources. Example::
+
+        @stage("max_calls", config=MaxCallsConfig, reads=("messages",))
+        def max_calls(batches, ctx, config):
+            for b in batches:
+                yield b.filter(pc.less_equal(b["num_tool_calls"], config.max_calls))
+    """
+    base = {"map": MapStage, "global": GlobalStage, "source": SourceStage}[kind]
+
+    def wrap(fn: Callable[..., Iterator[Output]]) -> type[Stage]:
+        if kind == "source":
+
+            def generate(self: Stage, ctx: Context, offset: int = 0) -> Iterator[Output]:
+                return fn(ctx, self.config, offset)
+
+            body: dict[str, Any] = {"generate": generate}
+        else:
+
+            def process(
+                self: Stage, batches: Iterator[pa.RecordBatch], ctx: Context
+            ) -> Iterator[Output]:
+                return fn(batches, ctx, self.config)
+
+            body = {"process": process}
+        cls = type(
+            fn.__name__,
+            (base,),
+            {
+                "__doc__": fn.__doc__,
+                "__module__": fn.__module__,
+                "name": name,
+                "Config": config,
+                "reads": tuple(reads),
+                "writes": tuple(writes),
+                "outputs": tuple(outputs),
+                **body,
+            },
+        )
+        return register(cls)
+
+    return wrap
