@@ -259,9 +259,14 @@ class Trajectory(BaseModel):
         return None
 
     def derive(self, **changes: Any) -> Trajectory:
-        """A new row built from this one with ``changes`` applied (rows are never edited)."""
-        data = self.model_dump()
-        data.update(changes)
+        """A new row built from this one with ``changes`` applied (rows are never edited).
+
+        The new row is validated as a whole (changed values are checked and converted, the
+        counts derived again), but the unchanged values are handed over as they are, not
+        dumped and rebuilt: nested records (messages, the judge) and JSON values are shared
+        with this row, which is safe because rows are never edited in place.
+        """
+        data = {**self.__dict__, **changes}
         return Trajectory.model_validate(data)
 
     # --- Arrow conversion ------------------------------------------------------------
