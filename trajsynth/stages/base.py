@@ -54,7 +54,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..core.batch import to_batch, to_records
+from ..core.batch import batches_by_output, to_records
 from ..core.config import StrictModel
 from ..core.errors import ConfigError, UnknownStageError
 from ..core.ids import seed_from, stable_hash
@@ -575,21 +575,13 @@ def _rebatch(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Record
 
 
 def _split_emits(items: list[Trajectory | Emit]) -> Iterator[Output]:
-    main = [x for x in items if isinstance(x, Trajectory)]
-    side: dict[str, list[Trajectory]] = {}
-    for x in items:
-        if isinstance(x, Emit):
-            data = x.data
-            if isinstance(data, Trajectory):
-                side.setdefault(x.name, []).append(data)
-            elif isinstance(data, (list, tuple)):
-                side.setdefault(x.name, []).extend(data)
-            else:
-                side.setdefault(x.name, []).extend(to_records(data))
-    if main:
-        yield to_batch(main)
-    for name, rows in side.items():
-        yield Emit(name, to_batch(rows))
+    routed = (
+        (x.name, x.data) if isinstance(x, Emit) else (None, x)
+        for x in items
+        if isinstance(x, (Emit, Trajectory))
+    )
+    for name, batch in batches_by_output(routed):
+        yield batch if name is None else Emit(name, batch)
 
 
 # --------------------------------------------------------------------------------------
