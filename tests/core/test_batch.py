@@ -67,3 +67,20 @@ def test_batches_by_output_keeps_order_and_passes_batches_through() -> None:
         ("failed", ["r3", "r4"]),
     ]
     assert out[2][1] is side  # untouched, not converted to records and back
+
+
+def test_ground_truth_and_toolset_are_parsed_once_per_json_text() -> None:
+    from trajsynth.core import GroundTruth
+    from trajsynth.envs.spec import Toolset
+
+    rows = to_records(to_batch([_row(0), _row(1), _row(2, task=1)]))
+    first, same, other = (GroundTruth.from_json(r.ground_truth) for r in rows)
+    assert first is same and first is not other
+    assert first.turns[0].request == "task 0" and other.turns[0].request == "task 1"
+    # an equal value built elsewhere hits the same entry; None stays None
+    assert GroundTruth.from_json({"turns": [{"request": "task 0"}]}) is first
+    assert GroundTruth.from_json(None) is None
+    toolset = Toolset.shared(rows[0].tools)
+    assert Toolset.shared(json.loads(json.dumps(TOOLS))) is toolset
+    assert Toolset.shared(json.dumps(TOOLS)) is toolset
+    assert toolset.names() == ["f"] and Toolset.shared(toolset) is toolset
