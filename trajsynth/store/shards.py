@@ -59,14 +59,6 @@ class ShardInfo:
     bytes: int
     fingerprint: str
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "file": self.file,
-            "rows": self.rows,
-            "bytes": self.bytes,
-            "fingerprint": self.fingerprint,
-        }
-
 
 def fsync_dir(path: Path) -> None:
     """fsync a directory so that a rename inside it survives a power cut."""
