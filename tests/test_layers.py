@@ -21,6 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = REPO_ROOT / "docs" / "architecture.md"
 PACKAGE = "trajsynth"
 
+
 @dataclass(frozen=True)
 class Rules:
     ranks: dict[str, int]  # layer (subpackage or module of the package, or __init__) → rank

@@ -202,6 +202,38 @@ def test_counts_are_derived_not_trusted() -> None:
     assert (rec.num_turns, rec.num_tool_calls) == (1, 2)
 
 
+def test_derive_validates_changes_and_leaves_the_parent_alone() -> None:
+    parent = full_record()
+    child = parent.derive(
+        id="child",
+        messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}],
+        step_rewards=[0.5],
+        step_flags=[[]],
+        judge={"verdict": "yes", "score": 1.0},
+    )
+    # changed values are validated and converted, the counts derived again
+    assert isinstance(child.messages[0], Message) and isinstance(child.judge, Judge)
+    assert (child.num_turns, child.num_tool_calls) == (1, 0)
+    # unchanged values are carried over, and the parent is not touched
+    assert (child.tools, child.ground_truth, child.created_at) == (
+        parent.tools,
+        parent.ground_truth,
+        parent.created_at,
+    )
+    assert parent.id != "child" and parent.num_turns == 2
+    assert child.messages is not parent.messages
+    with pytest.raises(ValueError, match="align"):
+        parent.derive(step_rewards=[1.0, 0.0, 0.5])
+    with pytest.raises(ValueError, match="extra"):
+        parent.derive(not_a_column=1)
+    # the same row as a dump and rebuild would give
+    same = parent.derive(goal="other")
+    assert (
+        same.model_dump()
+        == Trajectory.model_validate({**parent.model_dump(), "goal": "other"}).model_dump()
+    )
+
+
 def _write_with_version(path: Path, version: int) -> None:
     table = pa.Table.from_batches([to_batch([full_record()])])
     table = table.replace_schema_metadata({b"trajsynth.schema_version": str(version).encode()})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -168,7 +167,3 @@ def llm_usage_table(result: RunResult) -> Table | None:
             f"{u.get('cost_usd', 0):,.4f}",
         )
     return table
-
-
-def is_tty() -> bool:
-    return sys.stderr.isatty()

@@ -30,7 +30,7 @@ import typing
 from typing import Annotated, Any, Literal, Union
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from .ids import stable_id
 
@@ -259,27 +259,47 @@ class Trajectory(BaseModel):
         return None
 
     def derive(self, **changes: Any) -> Trajectory:
-        """A new row built from this one with ``changes`` applied (rows are never edited)."""
-        data = self.model_dump()
-        data.update(changes)
+        """A new row built from this one with ``changes`` applied (rows are never edited).
+
+        The new row is validated as a whole (changed values are checked and converted, the
+        counts derived again), but the unchanged values are handed over as they are, not
+        dumped and rebuilt: nested records (messages, the judge) and JSON values are shared
+        with this row, which is safe because rows are never edited in place.
+        """
+        data = {**self.__dict__, **changes}
         return Trajectory.model_validate(data)
 
     # --- Arrow conversion ------------------------------------------------------------
-    def to_row(self) -> dict[str, Any]:
-        """A dict matching ``ARROW_SCHEMA`` (JSON columns encoded as text)."""
-        row = self.model_dump()
+    def to_row(self, texts: dict[int, tuple[Any, str]] | None = None) -> dict[str, Any]:
+        """A dict matching ``ARROW_SCHEMA`` (JSON columns encoded as text).
+
+        ``texts`` (object id → (object, text)) lets a caller converting many rows encode a
+        JSON value that several rows share (the tools of a domain, the ground truth of a task)
+        once; it holds the objects, so their ids stay theirs for as long as it lives.
+        """
+        row = self.model_dump(exclude=_JSON_EXCLUDE)
         for name in _JSON_FIELDS:
-            row[name] = None if row[name] is None else json.dumps(row[name], ensure_ascii=False)
+            row[name] = _json_text(getattr(self, name), texts)
         return row
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Trajectory:
-        """Inverse of :meth:`to_row` (also accepts rows from ``pa.Table.to_pylist``)."""
+    def from_row(cls, row: dict[str, Any], values: dict[str, Any] | None = None) -> Trajectory:
+        """Inverse of :meth:`to_row` (also accepts rows from ``pa.Table.to_pylist``).
+
+        ``values`` (JSON text → value) lets a caller converting many rows decode the tools or
+        ground truth that several rows carry (the rows of one domain, of one task) once; those
+        rows then share the value (rows are never edited in place).
+        """
         row = dict(row)
         for name in _JSON_FIELDS:
             value = row.get(name)
             if isinstance(value, str):
-                row[name] = json.loads(value)
+                if values is None or name not in _SHARED_JSON:
+                    row[name] = json.loads(value)
+                elif value in values:
+                    row[name] = values[value]
+                else:
+                    row[name] = values[value] = json.loads(value)
         for name in _MAP_FIELDS:
             value = row.get(name)
             if isinstance(value, list):
@@ -287,6 +307,24 @@ class Trajectory(BaseModel):
             elif value is None:
                 row[name] = {}
         return cls.model_validate(row)
+
+
+def _json_text(value: Any, texts: dict[int, tuple[Any, str]] | None) -> str | None:
+    """A JSON column's text: ``json.dumps`` of the value (of its plain-Python dump when it
+    holds objects that are not JSON, as records or dataclasses inside ``extra``)."""
+    if value is None:
+        return None
+    if texts is not None:
+        hit = texts.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except TypeError:
+        text = json.dumps(_ANY.dump_python(value), ensure_ascii=False)
+    if texts is not None and isinstance(value, (dict, list)):
+        texts[id(value)] = (value, text)
+    return text
 
 
 # --------------------------------------------------------------------------------------
@@ -358,6 +396,10 @@ def arrow_schema() -> pa.Schema:
 
 
 _JSON_FIELDS = tuple(n for n, i in Trajectory.model_fields.items() if _is_json(i))
+_JSON_EXCLUDE = frozenset(_JSON_FIELDS)
+#: JSON columns whose text many rows repeat (decoded once per text by :func:`to_records`)
+_SHARED_JSON = frozenset({"tools", "ground_truth"})
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
 _MAP_FIELDS = tuple(
     n for n, i in Trajectory.model_fields.items() if typing.get_origin(i.annotation) is dict
 )

@@ -18,6 +18,8 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -85,7 +87,23 @@ class GroundTruth(BaseModel):
 
     @classmethod
     def from_json(cls, value: Any) -> GroundTruth | None:
-        """Parse the ``ground_truth`` column value (None stays None)."""
+        """Parse the ``ground_truth`` column value (None stays None).
+
+        Every rollout and every verification of a task reads its ground truth, so a value is
+        parsed once per JSON text (a bounded cache keyed by that text) and the parsed object
+        is shared: treat it as read-only (``model_copy`` to change it).
+        """
         if value is None:
             return None
-        return cls.model_validate(value)
+        if isinstance(value, GroundTruth):
+            return value
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):  # not plain JSON (holds records): parse it as it is
+            return cls.model_validate(value)
+        return _parse_ground_truth(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_ground_truth(text: str) -> GroundTruth:
+    return GroundTruth.model_validate(json.loads(text))

@@ -296,6 +296,21 @@ class Toolset(BaseModel):
         except ValidationError as exc:
             raise SpecError(f"invalid tools list: {exc.errors()[0]['msg']}") from exc
 
+    @classmethod
+    def shared(cls, tools: Any) -> Toolset:
+        """:meth:`from_openai` for the ``tools`` of rows, which many rows and every
+        verification of them repeat: built once per JSON text (a bounded cache keyed by that
+        text) and shared, so treat the result as read-only."""
+        if isinstance(tools, Toolset):
+            return tools
+        if isinstance(tools, str):
+            return _shared_toolset(tools)
+        try:
+            text = json.dumps(tools, ensure_ascii=False)
+        except (TypeError, ValueError):
+            return cls.from_openai(tools)
+        return _shared_toolset(text)
+
     # -- files ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         return {"format_version": TOOLSET_FORMAT, **self.model_dump(mode="json")}
@@ -338,3 +353,8 @@ class Toolset(BaseModel):
             "duplicates": len(self.duplicates),
             "records": self.records,
         }
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_toolset(text: str) -> Toolset:
+    return Toolset.from_openai(text)

@@ -30,9 +30,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..core.batch import conform
-from ..stages import Context, ContextSpec, Emit, Stage, build_stage
-from ..store.shards import DEFAULT_COMPRESSION, ShardInfo, iter_shard, write_shard
+from ..stages import Context, ContextSpec, Stage, build_stage
+from ..store.shards import DEFAULT_COMPRESSION, ShardInfo, ShardWriter, iter_shard
+from .outputs import output_dir, output_names, write_outputs
 
 __all__ = [
     "Executor",
@@ -73,11 +73,6 @@ class UnitResult:
     rows_in: int
     metrics: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
-
-
-def output_dir(stage_dir: Path, output: str) -> Path:
-    """Folder of a stage's named output: the stage folder for main, a subfolder otherwise."""
-    return stage_dir if output == "main" else stage_dir / output
 
 
 # one built stage (and context) per stage per process, so setup() runs once per process
@@ -131,26 +126,30 @@ def run_map_unit(task: UnitTask, progress: Progress | None = None) -> UnitResult
             rows_in += b.num_rows
             yield b
 
-    collected: dict[str, list[pa.Table]] = {name: [] for name in ("main", *task.outputs[1:])}
-    for item in stage.process(batches(), ctx):
-        name, data = ("main", item) if not isinstance(item, Emit) else (item.name, item.data)
-        if name == task.outputs[0]:
-            name = "main"
-        if name not in collected:
-            raise ValueError(f"stage {task.uses!r} emitted to undeclared output {name!r}")
-        table = conform(data, where=f"stage {task.stage_id!r}")
-        if table.num_rows:
-            collected[name].append(table)
+    def one_shard(name: str, folder: Path) -> ShardWriter:
+        # the unit's rows of each output make one shard, named after the unit; units write
+        # into the same folders at once, so none of them clears temporary files there
+        return ShardWriter(
+            folder,
+            shard_rows=None,
+            start_index=task.unit_index,
+            compression=task.compression,
+            where=where,
+            clean=False,
+        )
 
-    stage_dir = Path(task.out_dir)
+    where = f"stage {task.stage_id!r}"
+    writers = write_outputs(
+        stage.process(batches(), ctx),
+        stage_dir=Path(task.out_dir),
+        outputs=task.outputs,
+        writer=one_shard,
+        where=where,
+    )
     shards: dict[str, ShardInfo | None] = {}
-    for name, tables in collected.items():
-        if not tables:
-            shards[name] = None
-            continue
-        table = pa.concat_tables(tables).combine_chunks()
-        path = output_dir(stage_dir, name) / f"part-{task.unit_index:05d}.parquet"
-        shards[name] = write_shard(table, path, compression=task.compression)
+    for name in output_names(task.outputs):
+        written = writers[name].shards if name in writers else []
+        shards[name] = written[0] if written else None
     # when the stage wrote nothing for this unit it still counts as done (None shard)
     return UnitResult(
         unit_key=task.unit_key,

@@ -41,7 +41,7 @@ import pyarrow as pa
 from ..core.errors import StageFailed, TrajsynthError
 from ..core.ids import file_fingerprint, stable_hash
 from ..core.schema import ARROW_SCHEMA
-from ..stages import Context, ContextSpec, Emit, Metrics, StageKind, config_hash
+from ..stages import Context, ContextSpec, Metrics, StageKind, config_hash
 from ..store.manifest import MANIFEST_NAME, OutputState, RunManifest, ShardRecord, StageState
 from ..store.shards import (
     ShardInfo,
@@ -52,7 +52,8 @@ from ..store.shards import (
     write_shard,
 )
 from ..version import __version__
-from .executors import Executor, LocalExecutor, UnitTask, output_dir
+from .executors import Executor, LocalExecutor, UnitTask
+from .outputs import output_dir, output_names, write_outputs
 from .spec import InputRef, ResolvedPipeline, ResolvedStage
 
 __all__ = ["Reporter", "RunResult", "Runner", "run_pipeline"]
@@ -352,7 +353,7 @@ class Runner:
     ) -> None:
         """Remove a stage's previous shards (only files the store writes; nothing else)."""
         base = self.stage_dir(sid)
-        for name in ("main", *outputs[1:]):
+        for name in output_names(outputs):
             folder = output_dir(base, name)
             if folder.is_dir():
                 for p in folder.glob("part-*.parquet"):
@@ -365,7 +366,7 @@ class Runner:
     def _ensure_outputs(self, sid: str, state: StageState, outputs: tuple[str, ...]) -> None:
         """Give every declared output that got no rows one empty shard, so an empty result
         reads as 0 rows (downstream, in `trajsynth stats`) instead of a missing folder."""
-        for name in ("main", *outputs[1:]):
+        for name in output_names(outputs):
             out = state.outputs.setdefault(name, OutputState())
             if not out.shards:
                 path = output_dir(self.stage_dir(sid), name) / "part-00000.parquet"
@@ -374,7 +375,7 @@ class Runner:
     def _remove_uncommitted(self, sid: str, state: StageState, outputs: tuple[str, ...]) -> None:
         """Delete shards a crash left behind that the manifest does not record."""
         base = self.stage_dir(sid)
-        for name in ("main", *outputs[1:]):
+        for name in output_names(outputs):
             folder = output_dir(base, name)
             if not folder.is_dir():
                 continue
@@ -454,28 +455,27 @@ class Runner:
         ctx = Context(spec, progress=lambda n: self.reporter.advance(rs.id, n))
         stage = rs.stage
         stage.setup(ctx)
-        writers: dict[str, ShardWriter] = {}
         is_source = cls.kind == StageKind.SOURCE
 
-        def writer(name: str) -> ShardWriter:
-            if name not in writers:
-                out = state.outputs.setdefault(name, OutputState())
+        def cut_shards(name: str, folder: Path) -> ShardWriter:
+            out = state.outputs.setdefault(name, OutputState())
 
-                def commit(info: ShardInfo, out: OutputState = out) -> None:
-                    out.shards.append(ShardRecord.of(info))
-                    if is_source:
-                        state.offset += info.rows
-                        state.next_shard = writers["main"].next_index
-                        self.reporter.advance(rs.id, info.rows)
-                    manifest.save(self.manifest_path)
+            def commit(info: ShardInfo) -> None:
+                out.shards.append(ShardRecord.of(info))
+                if is_source:
+                    state.offset += info.rows
+                    state.next_shard = w.next_index
+                    self.reporter.advance(rs.id, info.rows)
+                manifest.save(self.manifest_path)
 
-                writers[name] = ShardWriter(
-                    output_dir(self.stage_dir(rs.id), name),
-                    shard_rows=rs.shard_rows,
-                    start_index=state.next_shard if (is_source and name == "main") else 0,
-                    on_commit=commit,
-                )
-            return writers[name]
+            w = ShardWriter(
+                folder,
+                shard_rows=rs.shard_rows,
+                start_index=state.next_shard if (is_source and name == "main") else 0,
+                on_commit=commit,
+                where=f"stage {rs.id!r}",
+            )
+            return w
 
         def all_batches() -> Iterator[pa.RecordBatch]:
             for _, paths in inputs:
@@ -491,19 +491,14 @@ class Runner:
                 if is_source
                 else stage.process(all_batches(), ctx)
             )
-            for item in produced:
-                name, data = (
-                    ("main", item) if not isinstance(item, Emit) else (item.name, item.data)
-                )
-                if name == cls.outputs[0]:
-                    name = "main"
-                if is_source and name != "main":
-                    raise ValueError("source stages have one output; Emit is not allowed")
-                if name != "main" and name not in cls.outputs:
-                    raise ValueError(f"stage emitted to undeclared output {name!r}")
-                writer(name).write(data)
-            for w in writers.values():
-                w.close()
+            write_outputs(
+                produced,
+                stage_dir=self.stage_dir(rs.id),
+                outputs=cls.outputs,
+                writer=cut_shards,
+                where=f"stage {rs.id!r}",
+                side_outputs=not is_source,
+            )
         finally:
             stage.teardown()
         state.metrics = Metrics.merge(state.metrics, ctx.metrics.snapshot())

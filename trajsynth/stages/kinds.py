@@ -52,7 +52,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast, get_args
 
 import pyarrow as pa
 
-from ..core.batch import to_batch, to_records
+from ..core.batch import batches_by_output, to_batch, to_records
 from ..core.config import StrictModel
 from ..core.schema import Trajectory
 from .context import Context
@@ -314,18 +314,10 @@ def _rebatch(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Record
 
 
 def _split_emits(items: list[Trajectory | Emit]) -> Iterator[Output]:
-    main = [x for x in items if isinstance(x, Trajectory)]
-    side: dict[str, list[Trajectory]] = {}
-    for x in items:
-        if isinstance(x, Emit):
-            data = x.data
-            if isinstance(data, Trajectory):
-                side.setdefault(x.name, []).append(data)
-            elif isinstance(data, (list, tuple)):
-                side.setdefault(x.name, []).extend(data)
-            else:
-                side.setdefault(x.name, []).extend(to_records(data))
-    if main:
-        yield to_batch(main)
-    for name, rows in side.items():
-        yield Emit(name, to_batch(rows))
+    routed = (
+        (x.name, x.data) if isinstance(x, Emit) else (None, x)
+        for x in items
+        if isinstance(x, (Emit, Trajectory))
+    )
+    for name, batch in batches_by_output(routed):
+        yield batch if name is None else Emit(name, batch)

@@ -59,14 +59,6 @@ class ShardInfo:
     bytes: int
     fingerprint: str
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "file": self.file,
-            "rows": self.rows,
-            "bytes": self.bytes,
-            "fingerprint": self.fingerprint,
-        }
-
 
 def fsync_dir(path: Path) -> None:
     """fsync a directory so that a rename inside it survives a power cut."""
@@ -136,14 +128,19 @@ class ShardWriter:
         self,
         directory: Path,
         *,
-        shard_rows: int = 50_000,
+        shard_rows: int | None = 50_000,
         start_index: int = 0,
         name_format: str = "part-{:05d}.parquet",
         compression: str = DEFAULT_COMPRESSION,
         row_group_rows: int | None = None,
         on_commit: callable | None = None,  # type: ignore[valid-type]
+        where: str = "",
+        clean: bool = True,
     ) -> None:
-        if shard_rows <= 0:
+        """``shard_rows=None``: one shard of everything written, committed by :meth:`close`.
+        ``where`` names the writer's data in schema errors. ``clean=False`` leaves temporary
+        files in the folder alone (writers that share a folder and run at once)."""
+        if shard_rows is not None and shard_rows <= 0:
             raise ValueError("shard_rows must be positive")
         self.directory = Path(directory)
         self.shard_rows = shard_rows
@@ -152,21 +149,23 @@ class ShardWriter:
         self.compression = compression
         self.row_group_rows = row_group_rows
         self.on_commit = on_commit
+        self.where = where
         self.shards: list[ShardInfo] = []
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self.directory.mkdir(parents=True, exist_ok=True)
-        clean_tmp(self.directory)
+        if clean:
+            clean_tmp(self.directory)
 
     def write(self, data: pa.RecordBatch | pa.Table | Sequence) -> list[ShardInfo]:
         """Buffer ``data``; commit every full shard. Returns the shards committed now."""
-        table = conform(data)
+        table = conform(data, where=self.where)
         if table.num_rows == 0:
             return []
         self._pending.append(table)
         self._pending_rows += table.num_rows
         committed = []
-        while self._pending_rows >= self.shard_rows:
+        while self.shard_rows is not None and self._pending_rows >= self.shard_rows:
             committed.append(self._flush(self.shard_rows))
         return committed
 

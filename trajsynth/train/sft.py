@@ -38,7 +38,7 @@ from ..core.errors import ConfigError, DataError
 from ..core.ids import stable_hash
 from ..core.schema import Trajectory
 from . import checkpoint
-from .data import IGNORE_INDEX, Batch, DataStats, batches, tokenize_rows
+from .data import IGNORE_INDEX, Batch, batches, tokenize_rows
 from .modeling import autocast, load_student, resolve_device, resolve_dtype, selected_logprobs
 from .progress import NullProgress, Progress
 from .tiny import TinyConfig, new_student
@@ -323,8 +323,3 @@ def train_sft(
     )
     checkpoint.finish(out)
     return result
-
-
-def data_stats(rows: Sequence[Trajectory], tokenizer: Any, cfg: SFTConfig) -> DataStats:
-    """Token statistics of ``rows`` under ``cfg`` (for reports and benchmarks)."""
-    return tokenize_rows(tokenizer, rows, max_len=cfg.max_len, reasoning=cfg.reasoning)[1]

@@ -266,7 +266,7 @@ def _spec_lookup(tools: Toolset | Mapping[str, Any] | Sequence[Any] | None) -> d
         return {t.name: t for t in tools.tools}
     if isinstance(tools, Mapping):
         return dict(tools)
-    return {t.name: t for t in Toolset.from_openai(list(tools)).tools}
+    return {t.name: t for t in Toolset.shared(list(tools)).tools}
 
 
 def _calls(predicted: Message | Sequence[Any] | None) -> list[Any]:

@@ -76,7 +76,7 @@ def verify_episode(
     call_match: Literal["contains", "exact", "off"] = "contains",
 ) -> EpisodeVerdict:
     """Layers 1-5 of the module docstring for an :class:`EpisodeResult`."""
-    toolset = tools if isinstance(tools, Toolset) else Toolset.from_openai(tools)
+    toolset = Toolset.shared(tools)
     comps: dict[str, float] = {}
 
     def fail(layer: str, reason: str) -> EpisodeVerdict:

@@ -221,8 +221,9 @@ def check_arguments(spec: ToolSpec | dict[str, Any], arguments: Any) -> list[Sch
 
 
 def to_toolset(tools: Toolset | Sequence[dict[str, Any]] | str) -> Toolset:
-    """A :class:`Toolset` from any of the forms tools travel in."""
-    return tools if isinstance(tools, Toolset) else Toolset.from_openai(tools)
+    """A :class:`Toolset` from any of the forms tools travel in (built once per tools JSON,
+    shared: read-only)."""
+    return Toolset.shared(tools)
 
 
 def normalize_call(call: ToolCall | dict[str, Any] | tuple[str, Any]) -> tuple[str, Any]:
