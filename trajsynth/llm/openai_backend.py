@@ -41,6 +41,7 @@ import weakref
 from typing import Any
 
 from ..core.errors import ConfigError, EndpointError, RateLimited
+from ..core.text import clean_json
 from .base import (
     Backend,
     BackendReply,
@@ -300,7 +301,7 @@ class OpenAIBackend(Backend):
             if _post_takes_content(client):
                 response = await client.post(
                     "/chat/completions",
-                    content=json.dumps(body, ensure_ascii=False).encode(),
+                    content=_body_bytes(body),
                     cast_to=_http_module().Response,
                     options=_JSON_OPTIONS,
                 )
@@ -453,6 +454,15 @@ def _post_takes_content(client: Any) -> bool:
 
 
 _POST_CONTENT: dict[type, bool] = {}
+
+
+def _body_bytes(body: dict[str, Any]) -> bytes:
+    """The request body as UTF-8 JSON; text that has no UTF-8 form (a lone surrogate in a
+    message taken from imported data) is cleaned rather than failing every attempt."""
+    try:
+        return json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(clean_json(body), ensure_ascii=False).encode()
 
 
 def _reply_from_json(data: Any, model: str) -> BackendReply:

@@ -153,7 +153,7 @@ class Runner:
     def _setup_logging(self) -> None:
         logs = self.run_dir / "logs"
         logs.mkdir(exist_ok=True)
-        handler = logging.FileHandler(logs / "run.log")
+        handler = logging.FileHandler(logs / "run.log", encoding="utf-8", errors="backslashreplace")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         root = logging.getLogger("trajsynth")
         for h in list(root.handlers):
