@@ -26,11 +26,14 @@ True
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = ["clean_json", "clean_text", "decode_text", "is_clean"]
 
 _NUL = "\x00"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 
 
 def is_clean(text: str) -> bool:
@@ -46,18 +49,21 @@ def is_clean(text: str) -> bool:
     return True
 
 
+def _join_pair(m: re.Match[str]) -> str:
+    hi, lo = m.group()
+    return chr(0x10000 + ((ord(hi) - 0xD800) << 10) + (ord(lo) - 0xDC00))
+
+
 def clean_text(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD, surrogate pairs joined, NUL dropped."""
     if is_clean(text):
         return text
     if _NUL in text:
         text = text.replace(_NUL, "")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # UTF-16 round trip: a pair of surrogate code points becomes the character it
-        # encodes, a lone one the replacement character
-        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if _SURROGATE.search(text):
+        # a pair of surrogate code points becomes the character it encodes, a lone one the
+        # replacement character (regular expressions: linear, at C speed)
+        text = _SURROGATE.sub("\ufffd", _PAIR.sub(_join_pair, text))
     return text
 
 
