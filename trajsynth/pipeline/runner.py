@@ -225,16 +225,25 @@ class Runner:
         )
 
     def _outputs_intact(self, sid: str, state: StageState) -> bool:
+        """Every committed file exists with its recorded size, and every shard with its
+        recorded content fingerprint (a shard overwritten in place keeps its size)."""
         art = self.artifacts_dir(sid)
         for rel, size in state.artifact_files.items():
             p = art / rel
             if not p.exists() or p.stat().st_size != size:
+                log.warning("stage %s: artifact %s is missing or resized; rerunning", sid, p)
                 return False
         for name, out in state.outputs.items():
             folder = output_dir(self.stage_dir(sid), name)
             for shard in out.shards:
                 p = folder / shard.file
                 if not p.exists() or p.stat().st_size != shard.bytes:
+                    log.warning("stage %s: shard %s is missing or resized; rerunning", sid, p)
+                    return False
+                if file_fingerprint(p) != shard.fingerprint:
+                    log.warning(
+                        "stage %s: shard %s is corrupt (content changed); rerunning", sid, p
+                    )
                     return False
         return True
 
