@@ -358,7 +358,7 @@ def build_backend(role: str, config: RoleConfig) -> Backend:
     if config.backend == "openai":
         from .openai_backend import OpenAIBackend
 
-        return OpenAIBackend(config)
+        return OpenAIBackend(config, role=role)
     if config.backend == "local":
         from .local import LocalBackend
 
