@@ -151,12 +151,13 @@ def fuzz_parser(count: int, seed: int = 0, slow_s: float = 1.0) -> dict[str, Any
 # --------------------------------------------------------------------------------------
 
 
-def corrupt_file(path: Path, nbytes: int = 2048, seed: int = 0) -> None:
-    """Overwrite ``nbytes`` in the middle of ``path`` with random bytes; the size is kept."""
+def corrupt_file(path: Path, nbytes: int = 2048, seed: int = 0, *, anywhere: bool = False) -> None:
+    """Overwrite ``nbytes`` of ``path`` with different bytes, in the middle (or, with
+    ``anywhere``, at a seeded random offset); the size is kept."""
     data = bytearray(path.read_bytes())
     rnd = random.Random(seed)
     n = min(nbytes, max(1, len(data) // 2))
-    start = max(0, len(data) // 2 - n // 2)
+    start = rnd.randrange(0, len(data) - n + 1) if anywhere else max(0, len(data) // 2 - n // 2)
     for i in range(start, start + n):
         data[i] = (data[i] + 1 + rnd.randrange(255)) % 256
     path.write_bytes(bytes(data))
