@@ -137,6 +137,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=8, help="tasks per domain (2 domains)")
     ap.add_argument("--n", type=int, default=4, help="rollouts per task")
     ap.add_argument("--fault-rate", type=float, default=0.2)
+    ap.add_argument("--faults", default=",".join(FAULTS), help="the fault mix, comma-separated")
     ap.add_argument("--hang-s", type=float, default=30.0)
     ap.add_argument("--timeout-s", type=float, default=5.0, help="the roles' request timeout")
     ap.add_argument("--seed", type=int, default=0)
@@ -166,7 +167,7 @@ def main() -> None:
         with FaultProxy(
             server.base_url,
             rate=args.fault_rate,
-            faults=FAULTS,
+            faults=tuple(args.faults.split(",")),
             seed=args.seed,
             hang_s=args.hang_s,
             retry_after_s=0.05,

@@ -195,6 +195,8 @@ class FaultProxy:
         self.retry_after_s = retry_after_s
         self.max_requests = max_requests
         self.counts: Counter[str] = Counter()
+        #: fault rates of the first requests, in order (then none); None: ``rate`` throughout
+        self.rate_schedule: list[float] | None = None
         self._rnd = random.Random(seed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -246,7 +248,11 @@ class FaultProxy:
     def _draw(self) -> str:
         if self.counts["requests"] > self.max_requests:
             return "500"
-        if self.faults and self._rnd.random() < self.rate:
+        rate = self.rate
+        if self.rate_schedule is not None:  # per-request rates, then no faults
+            k = self.counts["requests"] - 1
+            rate = self.rate_schedule[k] if k < len(self.rate_schedule) else 0.0
+        if self.faults and self._rnd.random() < rate:
             return self._rnd.choice(self.faults)
         return "ok"
 
