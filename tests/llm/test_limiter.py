@@ -31,7 +31,7 @@ def test_slots_are_bounded_and_waiting_is_not_failing() -> None:
     assert peak == 4 and done == 40
 
 
-def test_429_halves_once_per_window_pauses_and_grows_back() -> None:
+def test_429_storm_halves_once_per_window_pauses_and_grows_back() -> None:
     async def main() -> dict[str, float]:
         lim = AIMDLimiter(16, floor=2)
         sent = [await lim.acquire() for _ in range(8)]
@@ -68,12 +68,70 @@ def test_429_halves_once_per_window_pauses_and_grows_back() -> None:
     assert r["grown"] == 16.0
 
 
+def test_stray_429s_neither_shrink_nor_pause_the_role() -> None:
+    """One answer in twenty being a 429 is a fault, not a rate limit: the limit stays."""
+
+    async def main() -> tuple[float, int]:
+        lim = AIMDLimiter(16)
+        for i in range(2000):
+            s = await lim.acquire()
+            lim.release()
+            if i % 20 == 7:
+                lim.on_rate_limited(1.0, s)
+            else:
+                lim.on_success()
+        return lim.limit, lim.decreases
+
+    limit, decreases = asyncio.run(main())
+    assert limit == 16.0 and decreases == 0
+
+
+def test_a_429_slows_the_role_that_got_it_not_the_others() -> None:
+    async def main() -> dict[str, float]:
+        lim = AIMDLimiter(8)
+        for _ in range(10):  # the judge is being rate limited
+            s = await lim.acquire("judge")
+            lim.release("judge")
+            lim.on_rate_limited(0.5, s, "judge")
+        t0 = time.monotonic()
+        got = [await lim.acquire("teacher") for _ in range(8)]  # all 8 at once, no pause
+        teacher_wait = time.monotonic() - t0
+        for _ in got:
+            lim.release("teacher")
+        return {
+            "judge": lim.role_limit("judge"),
+            "teacher": lim.role_limit("teacher"),
+            "teacher_wait": teacher_wait,
+        }
+
+    r = asyncio.run(main())
+    assert r["judge"] < 8 and r["teacher"] == 8.0 and r["teacher_wait"] < 0.1
+
+
+def test_roles_share_the_endpoint_cap() -> None:
+    async def main() -> int:
+        lim = AIMDLimiter(4)
+        peak = 0
+
+        async def job(role: str) -> None:
+            nonlocal peak
+            await lim.acquire(role)
+            peak = max(peak, lim.in_flight)
+            await asyncio.sleep(0.01)
+            lim.release(role)
+
+        await asyncio.gather(*(job(r) for r in ["a", "b", "c"] * 10))
+        return peak
+
+    assert asyncio.run(main()) == 4
+
+
 def test_additive_increase_is_about_one_slot_per_window() -> None:
     lim = AIMDLimiter(100)
-    lim.limit = 10.0
+    lim._role("").limit = 10.0
     for _ in range(10):  # one window of successes at limit 10
         lim.on_success()
-    assert 10.9 < lim.limit < 11.0
+    assert 10.9 < lim.role_limit() < 11.0
 
 
 def test_cancelled_waiters_do_not_leak_slots() -> None:

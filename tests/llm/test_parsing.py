@@ -13,6 +13,7 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trajsynth.core.text import clean_text
 from trajsynth.llm.parsing import (
     format_hermes,
     format_json_list,
@@ -224,10 +225,10 @@ def test_parser_survives_pathological_nesting() -> None:
 )
 def test_native_calls_never_raise(native: list, content: str | None) -> None:
     r = parse_output(content, native)
-    named = [c for c in native if c["name"]]
+    named = [c for c in native if clean_text(c["name"])]  # NUL is dropped from names
     # every named native call is kept, first and in order (even with malformed arguments)
-    assert [c.name for c in r.calls[: len(named)]] == [c["name"] for c in named]
-    bad = [c for c in named if _not_object(c["arguments"])]
+    assert [c.name for c in r.calls[: len(named)]] == [clean_text(c["name"]) for c in named]
+    bad = [c for c in named if _not_object(clean_text(c["arguments"]))]
     assert len(r.errors) >= len(bad) + (len(native) - len(named))
 
 
@@ -237,3 +238,54 @@ def _not_object(text: str) -> bool:
     except ValueError:
         return True
     return not isinstance(value, dict)
+
+
+# -- totality: one bad call costs that call only, and nothing is slow ----------------------
+
+
+def test_escaped_emoji_pair_in_near_json_keeps_every_call() -> None:
+    text = (
+        '<tool_call>{"name": "say", "arguments": {"text": "hi \\ud83d\\ude00",}}</tool_call>'
+        '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    )
+    r = parse_output(text)
+    assert [c.name for c in r.calls] == ["say", "add"]
+    assert json.loads(r.calls[0].arguments) == {"text": "hi \U0001f600"}
+    for c in r.calls:
+        (c.id + c.arguments).encode("utf-8")
+
+
+def test_deeply_nested_native_arguments_cost_that_call_only() -> None:
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    native = [
+        {"id": "1", "name": "f", "arguments": deep},
+        {"id": "2", "name": "g", "arguments": "{}"},
+    ]
+    r = parse_output("hello", native)
+    assert [c.name for c in r.calls] == ["g"] and r.content == "hello"
+    assert len(r.errors) == 1 and "nested deeper" in r.errors[0]
+
+
+def test_one_bad_element_of_a_json_list_costs_that_element_only() -> None:
+    good = '{"name": "f", "arguments": {"a": 1}}'
+    bad = '{"name": "bad", "arguments": {"a": ' + "[" * 200 + "]" * 200 + "}}"  # too deep
+    text = "[" + good + ", " + bad + ", " + good + "]"
+    r = parse_output(text)
+    assert [c.name for c in r.calls] == ["f", "f"] and r.errors
+
+
+def test_pathological_outputs_are_fast_and_lone_surrogates_are_cleaned() -> None:
+    import time
+
+    for text in [
+        "<tool_call>" + "{" * 40_000,
+        "<tool_call>" + '1]{ "' * 1600,  # minutes inside json-repair without the budget
+        "<think>" + "\ud83d" * 100_000,
+        "[" + '{"name": "f", "arguments": {}}, ' * 20_000,
+    ]:
+        start = time.perf_counter()
+        r = parse_output(text)
+        assert time.perf_counter() - start < 2.0
+        (r.content or "").encode("utf-8")
+        (r.reasoning or "").encode("utf-8")
+    assert parse_output("Done \ud83d").content == "Done \ufffd"

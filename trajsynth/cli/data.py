@@ -24,10 +24,12 @@ def stats(
     and difficulty histograms, clusters, and (for a run or stage folder) what the quality
     stages dropped."""
     from ..quality.stats import STATS_COLUMNS, dataset_stats, manifest_summary
-    from ..store.shards import read_table
+    from ..store.integrity import verify_shards
+    from ..store.shards import list_shards, read_table
     from .quality import resolve_data_path
 
     shards, manifest, stage_id = resolve_data_path(path)
+    verify_shards(list_shards(str(shards)))
     table = read_table(str(shards), columns=STATS_COLUMNS)
     result = dataset_stats(table)
     if manifest is not None:
@@ -100,8 +102,10 @@ def show(
     import pyarrow.compute as pc
 
     from ..core.batch import to_records
-    from ..store.shards import iter_batches
+    from ..store.integrity import verify_shards
+    from ..store.shards import iter_batches, list_shards
 
+    verify_shards(list_shards(str(path)))
     record = None
     seen = 0
     for batch in iter_batches(str(path)):

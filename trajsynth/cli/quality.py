@@ -367,6 +367,7 @@ def collect_report(run_dir: Path) -> Any:
 
     from ..quality.report import ReportData
     from ..quality.stats import STATS_COLUMNS, cluster_stats, dataset_stats, manifest_summary
+    from ..store.integrity import verify_shards
     from ..store.manifest import MANIFEST_NAME, RunManifest
     from ..store.shards import read_table
 
@@ -393,7 +394,9 @@ def collect_report(run_dir: Path) -> Any:
         folder = _stage_folder(run_dir, sid)
         if folder is None or st.get("status") != "done" or not outs:
             continue
-        tables[sid] = read_table([folder / s["file"] for s in outs], columns=STATS_COLUMNS)
+        files = [folder / s["file"] for s in outs]
+        verify_shards(files)
+        tables[sid] = read_table(files, columns=STATS_COLUMNS)
     # quality after every stage that has scores and changed the row count (score, filter,
     # dedup, balance: annotating stages would only repeat the previous histogram)
     for sid, t in tables.items():

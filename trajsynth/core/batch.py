@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from .errors import DataError
 from .schema import ARROW_SCHEMA, Trajectory
+from .text import clean_json
 
 __all__ = ["batches_by_output", "conform", "empty_batch", "to_batch", "to_records"]
 
@@ -31,7 +32,10 @@ def to_batch(records: Iterable[Trajectory | dict[str, Any]]) -> pa.RecordBatch:
         (r if isinstance(r, Trajectory) else Trajectory.model_validate(r)).to_row(texts)
         for r in records
     ]
-    return pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+    try:
+        return pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+    except UnicodeEncodeError:  # a lone surrogate in some row: Arrow strings are UTF-8
+        return pa.RecordBatch.from_pylist(clean_json(rows), schema=ARROW_SCHEMA)
 
 
 def to_records(batch: pa.RecordBatch | pa.Table) -> list[Trajectory]:

@@ -41,8 +41,12 @@ def canonical_json(obj: Any) -> str:
 
 
 def stable_hash(obj: Any, *, digest_size: int = 16) -> str:
-    """Hex BLAKE2b digest of the canonical JSON of ``obj``."""
-    return hashlib.blake2b(canonical_json(obj).encode(), digest_size=digest_size).hexdigest()
+    """Hex BLAKE2b digest of the canonical JSON of ``obj``.
+
+    Lone surrogates in strings are hashed as their code points (``surrogatepass``), so any
+    Python string hashes, and every valid string hashes exactly as plain UTF-8 would."""
+    data = canonical_json(obj).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=digest_size).hexdigest()
 
 
 def stable_id(*parts: Any) -> str:

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 from ..core.ids import stable_id
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GroundTruth
+from ..core.text import clean_text
 from .spec import Toolset
 from .state import StateDiff
 
@@ -84,6 +85,7 @@ class ToolResult:
         """The tool message text: compact JSON (strings as they are), optionally clipped."""
         value = self.payload()
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = clean_text(text)  # tool output is outside text: no lone surrogates, no NUL
         if max_chars is not None and len(text) > max_chars:
             text = text[:max_chars] + f" … [{len(text) - max_chars} more characters]"
         return text

@@ -286,8 +286,9 @@ class RoleConfig(StrictModel):
     max_concurrency: int = Field(
         64,
         ge=1,
-        description="Requests in flight per (base_url, model) at the start and at most; "
-        "halved on 429, grown back by one per window of successes (AIMD).",
+        description="Requests in flight per (base_url, model) at most, all roles together; "
+        "a role that is being rate limited (429s) has its own limit halved, grown back by one "
+        "per window of successes (AIMD).",
     )
     min_concurrency: int = Field(1, ge=1, description="AIMD never goes below this.")
     timeout_s: float = Field(

@@ -142,13 +142,15 @@ class ResponseCache:
         return entry
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        """Append ``entry`` to this process's segment (best effort: a full disk loses the
-        entry, not the run)."""
-        line = (
-            json.dumps({"k": key, "v": {**entry, "format": CACHE_FORMAT}}, ensure_ascii=False)
-            + "\n"
-        ).encode()
+        """Append ``entry`` to this process's segment (best effort: a full disk or an entry
+        that cannot be written loses the entry, not the run)."""
+        record = {"k": key, "v": {**entry, "format": CACHE_FORMAT}}
         try:
+            try:
+                line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+            except UnicodeEncodeError:
+                # a lone surrogate has no UTF-8 form: the ASCII escapes keep it exactly
+                line = (json.dumps(record, ensure_ascii=True) + "\n").encode()
             with self._lock:
                 if self._own_fd is None or self._own_pid != os.getpid():
                     self.root.mkdir(parents=True, exist_ok=True)
@@ -161,7 +163,7 @@ class ResponseCache:
                 os.write(self._own_fd, line)
                 self._index[key] = (self._own, self._own_size, len(line))
                 self._own_size += len(line)
-        except OSError:
+        except (OSError, ValueError, TypeError):
             return
 
     def __len__(self) -> int:

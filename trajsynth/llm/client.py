@@ -14,8 +14,9 @@ What ``chat`` does, in order:
 3. otherwise ask the backend; a request that finally fails is returned with ``error`` set
    (never dropped, never raised), except fatal endpoint errors (bad key, unknown model,
    unreachable endpoint), which are raised because every row would fail alike;
-4. parse every choice with the shared parser (``parsing.py``) into an assistant ``Message``
-   plus format errors, store the raw reply in the cache, price the usage;
+4. clean every text of the reply (lone surrogates, NUL: ``core.text``), parse every choice
+   with the shared parser (``parsing.py``) into an assistant ``Message`` plus format errors,
+   store the raw reply in the cache, price the usage;
 5. count, per role: ``llm.<role>.requests``, ``cache_hits``, ``http_requests``, ``errors``,
    ``format_errors``, ``prompt_tokens``, ``completion_tokens``, ``cost_usd``.
 
@@ -34,6 +35,7 @@ from pydantic import ValidationError
 from ..core.errors import ConfigError, EndpointError, RateLimited
 from ..core.ids import stable_hash
 from ..core.schema import Message, ToolCall
+from ..core.text import clean_json, clean_text
 from .base import (
     Backend,
     BackendReply,
@@ -185,6 +187,7 @@ class LLMClient:
                 except (ValidationError, KeyError):
                     reply = None
                 if reply is not None:
+                    reply = _clean_reply(reply)
                     count(prefix + "cache_hits")
                     result = self._result(reply, key, cached=True)
                     self._count(result, count, prefix, cached=True)
@@ -209,7 +212,8 @@ class LLMClient:
             count(prefix + "http_requests", attempts)
             return result
 
-        # 4) parse, cache, price
+        # 4) clean the text (lone surrogates, NUL), parse, cache, price
+        reply = _clean_reply(reply)
         result = self._result(reply, key, cached=False)
         if key is not None and result.ok:
             self.cache.put(key, {"reply": reply.model_dump(mode="json")})  # type: ignore[union-attr]
@@ -267,6 +271,27 @@ class LLMClient:
         errors = sum(len(c.format_errors) for c in result.choices)
         if errors:
             count(prefix + "format_errors", errors)
+
+
+def _clean_reply(reply: BackendReply) -> BackendReply:
+    """The reply with every text field made valid UTF-8 without NUL (``core.text``): what a
+    model wrote must not break the cache, Parquet, logs or ids downstream."""
+    for raw in reply.choices:
+        if raw.content is not None:
+            raw.content = clean_text(raw.content)
+        if raw.reasoning is not None:
+            raw.reasoning = clean_text(raw.reasoning)
+        if raw.tool_calls:
+            raw.tool_calls = clean_json(raw.tool_calls)
+        if raw.logprobs:
+            for lp in raw.logprobs:
+                lp.token = clean_text(lp.token)
+                if lp.top:
+                    lp.top = [(clean_text(t), v) for t, v in lp.top]
+    if reply.model:
+        reply.model = clean_text(reply.model)
+    reply.partial_errors = [clean_text(e) for e in reply.partial_errors]
+    return reply
 
 
 class RoleClient:
@@ -333,7 +358,7 @@ def build_backend(role: str, config: RoleConfig) -> Backend:
     if config.backend == "openai":
         from .openai_backend import OpenAIBackend
 
-        return OpenAIBackend(config)
+        return OpenAIBackend(config, role=role)
     if config.backend == "local":
         from .local import LocalBackend
 

@@ -8,8 +8,9 @@ For each request:
 2. send it with the SDK's own retries switched off (``max_retries=0``) — retrying is done
    here, by error class:
 
-   - 429: tell the limiter (halve, pause for ``retry-after``), give the slot back, wait,
-     retry; at most ``max_rate_limit_retries`` times, then :class:`RateLimited`;
+   - 429: tell the limiter (which slows this role when it is being rate limited, see
+     ``limiter.py``), give the slot back, wait ``retry-after``, retry; at most
+     ``max_rate_limit_retries`` times, then :class:`RateLimited`;
    - 5xx, connection errors, timeouts, unreadable bodies: exponential backoff with full jitter
      (``backoff_base_s`` doubling up to ``backoff_max_s``), at most ``max_retries`` times;
    - 401/403/404: :class:`FatalEndpointError` at once (the key or the model is wrong, and
@@ -41,6 +42,7 @@ import weakref
 from typing import Any
 
 from ..core.errors import ConfigError, EndpointError, RateLimited
+from ..core.text import clean_json
 from .base import (
     Backend,
     BackendReply,
@@ -103,10 +105,11 @@ class OpenAIBackend(Backend):
 
     name = "openai"
 
-    def __init__(self, config: RoleConfig) -> None:
+    def __init__(self, config: RoleConfig, role: str = "") -> None:
         if not config.base_url and not config.model:
             raise EndpointError("openai backend: set `model` (and `base_url` for other servers)")
         self.config = config
+        self.role = role  # the limiter slows this role, not the endpoint, on 429s
         self.base_url = config.base_url
         self.model = config.model
         self._api_key = config.resolved_api_key()
@@ -216,16 +219,17 @@ class OpenAIBackend(Backend):
         cfg = self.config
         limiter = self._limiter()
         transient = rate_limited = attempts = 0
+        role = self.role
         while True:
-            sent_at = await limiter.acquire()
+            sent_at = await limiter.acquire(role)
             attempts += 1
             try:
                 reply = await self._send(request)
             except _Retry as retry:
-                limiter.release()
+                limiter.release(role)
                 if retry.kind == "rate_limited":
                     rate_limited += 1
-                    limiter.on_rate_limited(retry.wait or cfg.backoff_base_s, sent_at)
+                    limiter.on_rate_limited(retry.wait or cfg.backoff_base_s, sent_at, role)
                     if rate_limited > cfg.max_rate_limit_retries:
                         raise _counted(
                             RateLimited(
@@ -253,13 +257,13 @@ class OpenAIBackend(Backend):
                 await asyncio.sleep(random.uniform(0.0, cap))
                 continue
             except EndpointError as exc:
-                limiter.release()
+                limiter.release(role)
                 raise _counted(exc, attempts) from None
             except BaseException:
-                limiter.release()
+                limiter.release(role)
                 raise
-            limiter.release()
-            limiter.on_success()
+            limiter.release(role)
+            limiter.on_success(role)
             self._ever_ok = True
             reply.attempts = attempts
             return reply
@@ -300,7 +304,7 @@ class OpenAIBackend(Backend):
             if _post_takes_content(client):
                 response = await client.post(
                     "/chat/completions",
-                    content=json.dumps(body, ensure_ascii=False).encode(),
+                    content=_body_bytes(body),
                     cast_to=_http_module().Response,
                     options=_JSON_OPTIONS,
                 )
@@ -453,6 +457,15 @@ def _post_takes_content(client: Any) -> bool:
 
 
 _POST_CONTENT: dict[type, bool] = {}
+
+
+def _body_bytes(body: dict[str, Any]) -> bytes:
+    """The request body as UTF-8 JSON; text that has no UTF-8 form (a lone surrogate in a
+    message taken from imported data) is cleaned rather than failing every attempt."""
+    try:
+        return json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(clean_json(body), ensure_ascii=False).encode()
 
 
 def _reply_from_json(data: Any, model: str) -> BackendReply:

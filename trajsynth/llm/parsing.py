@@ -20,6 +20,20 @@ the raw text, so the stage can record it on the row.
 Reasoning in ``<think>...</think>`` is split off into ``reasoning``. Text that is none of the
 above is plain content (no calls, no error): a model that answers in prose is not malformed.
 
+The parser is total and cheap, because it runs inside the async client and one slow reply
+would stall every request in flight:
+
+- text is cleaned first (lone surrogates, NUL: ``core.text``), so no id, cache line or
+  Parquet write fails on what a model wrote;
+- every call is read on its own: one bad call (a block that does not parse, arguments nested
+  too deep, a failure inside the parser) becomes one error and costs no other call;
+- work is bounded: only the first ``_MAX_INPUT`` characters are searched for text calls, at
+  most ``_MAX_CALLS`` calls are read, JSON values nested deeper than ``_MAX_DEPTH`` are
+  refused, and the repair (pure Python, superlinear on some inputs) only sees pieces of at
+  most ``_MAX_REPAIR`` characters and stops when the output's ``_REPAIR_BUDGET_S`` is
+  spent. Everything else is C-speed (``json``, ``re`` without backtracking hazards, ``ast``)
+  or one linear scan, so one output parses in linear time.
+
 >>> r = parse_output('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
 >>> (r.calls[0].name, r.calls[0].arguments, r.errors)
 ('add', '{"a": 1}', [])
@@ -32,11 +46,15 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.ids import stable_hash
 from ..core.schema import ToolCall
+from ..core.text import clean_json, clean_text
 
 __all__ = [
     "ParseResult",
@@ -47,11 +65,17 @@ __all__ = [
 ]
 
 _MAX_RAW = 2000  # characters of raw text kept in one error message
+_MAX_INPUT = 200_000  # characters of one output searched for calls written as text
+_MAX_CALLS = 64  # calls (or <tool_call> blocks) read from one output
+_MAX_DEPTH = 64  # nesting of a call's JSON (arguments included)
+_MAX_REPAIR = 8_000  # characters the near-JSON repair is tried on at once
+_REPAIR_BUDGET_S = 0.25  # seconds of near-JSON repair spent on one output, at most
 
 # an unclosed <think> ends where a call starts, so a forgotten </think> loses no call
 _THINK = re.compile(r"<think>(.*?)(?:</think>|(?=<tool_call>)|$)", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+_BRACKETS = re.compile(r"[\[\]{}()]")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 
@@ -84,21 +108,100 @@ def _dump_args(args: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------
 
 
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value (iterative: any depth is safe to measure)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
+def _bracket_depth(text: str) -> int:
+    """Deepest run of open brackets and parentheses, counted without regard to strings (an
+    upper bound of the nesting the repair would walk; at C speed for the usual case)."""
+    opened = text.count("{") + text.count("[") + text.count("(")
+    if opened <= _MAX_DEPTH:
+        return opened
+    depth = deepest = 0
+    for ch in _BRACKETS.findall(text):
+        depth = depth + 1 if ch in "[{(" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _checked(value: Any) -> Any:
+    """The value with clean strings; ValueError when it is nested too deep."""
+    if _depth(value) > _MAX_DEPTH:
+        raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
+    return clean_json(value)
+
+
+class _OutOfTime(BaseException):
+    """Raised inside json-repair when the repair budget is spent (a BaseException, so that
+    the library's own ``except Exception`` cannot swallow it)."""
+
+
+_BUDGET = threading.local()  # .deadline: monotonic time after which no repair runs
+
+
+def _repair(text: str) -> Any:
+    """``json_repair.loads(text)`` within the time left of this output's repair budget.
+
+    json-repair is pure Python and superlinear on some inputs (minutes for 8 kB of
+    ``1]{ "`` repeated), so it runs under a trace hook that checks the clock every 256
+    Python calls and stops it when the budget is spent."""
+    import json_repair
+
+    deadline = getattr(_BUDGET, "deadline", None)
+    if deadline is None:
+        return json_repair.loads(text)
+    if time.monotonic() >= deadline:
+        raise _OutOfTime
+    calls = 0
+
+    def check(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if not calls & 255 and time.monotonic() >= deadline:
+            raise _OutOfTime
+
+    previous = sys.gettrace()
+    sys.settrace(check)
+    try:
+        return json_repair.loads(text)
+    finally:
+        sys.settrace(previous)
+
+
 def _loads(text: str) -> tuple[Any, bool]:
     """(value, repaired). Raises ValueError when even the repair gives nothing usable."""
     try:
-        return json.loads(text), False
-    except (ValueError, RecursionError):
-        pass
+        return _checked(json.loads(text)), False
+    except RecursionError:
+        raise ValueError(f"nested deeper than {_MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        if str(exc).startswith("nested deeper"):
+            raise
+    if len(text) > _MAX_REPAIR:
+        raise ValueError(f"not JSON, and too long to repair ({len(text):,} characters)")
+    if _bracket_depth(text) > _MAX_DEPTH:
+        raise ValueError(f"not JSON, and nested deeper than {_MAX_DEPTH} levels")
     try:
-        import json_repair
-
-        value = json_repair.loads(text)
+        value = _repair(text)
+    except _OutOfTime:
+        raise ValueError("not JSON, and the repair ran out of time") from None
     except Exception as exc:  # json-repair is robust, but never let it escape
         raise ValueError(f"unrepairable JSON: {exc}") from None
     if value in ("", None, [], {}) and text.strip() not in ("", "null", "[]", "{}"):
         raise ValueError("unrepairable JSON")
-    return value, True
+    return _checked(value), True
 
 
 def _call_from_obj(obj: Any) -> tuple[str, dict[str, Any]] | str:
@@ -113,8 +216,8 @@ def _call_from_obj(obj: Any) -> tuple[str, dict[str, Any]] | str:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except ValueError:
+            args = _checked(json.loads(args)) if args.strip() else {}
+        except (ValueError, RecursionError):
             return f"arguments of {name!r} are not JSON: {_clip(args)}"
     if args is None:
         args = {}
@@ -131,27 +234,42 @@ def _call_from_obj(obj: Any) -> tuple[str, dict[str, Any]] | str:
 def _parse_hermes(text: str, result: ParseResult) -> str:
     """Read every <tool_call> block; return the text outside them."""
     offset = len(result.calls)
-    for i, block in enumerate(_TOOL_CALL.findall(text)):
+    blocks = _TOOL_CALL.findall(text)
+    for i, block in enumerate(blocks):
+        if len(result.calls) >= _MAX_CALLS or i >= _MAX_CALLS:
+            result.errors.append(
+                f"{len(blocks) - i} more <tool_call> blocks not read (at most {_MAX_CALLS})"
+            )
+            break
         body = block.strip()
         try:
-            value, repaired = _loads(body)
-        except ValueError:
-            result.errors.append(f"unparseable <tool_call> block: {_clip(body)}")
-            continue
-        items = value if isinstance(value, list) else [value]
-        for item in items:
-            got = _call_from_obj(item)
-            if isinstance(got, str):
-                result.errors.append(f"<tool_call> block: {got}: {_clip(body)}")
-                continue
-            name, args = got
-            arguments = _dump_args(args)
-            result.calls.append(
-                ToolCall(id=_call_id(offset + i, name, arguments), name=name, arguments=arguments)
+            _hermes_block(body, offset + i, result)
+        except Exception as exc:  # one block's failure costs that block only
+            result.errors.append(
+                f"<tool_call> block: parser failure ({type(exc).__name__}): {_clip(body)}"
             )
-            if repaired:
-                result.repairs.append(f"repaired near-JSON in <tool_call> for {name!r}")
     return _TOOL_CALL.sub("", text)
+
+
+def _hermes_block(body: str, index: int, result: ParseResult) -> None:
+    try:
+        value, repaired = _loads(body)
+    except ValueError as exc:
+        result.errors.append(f"unparseable <tool_call> block ({exc}): {_clip(body)}")
+        return
+    items = value if isinstance(value, list) else [value]
+    for item in items[:_MAX_CALLS]:
+        got = _call_from_obj(item)
+        if isinstance(got, str):
+            result.errors.append(f"<tool_call> block: {got}: {_clip(body)}")
+            continue
+        name, args = got
+        arguments = _dump_args(args)
+        result.calls.append(
+            ToolCall(id=_call_id(index, name, arguments), name=name, arguments=arguments)
+        )
+        if repaired:
+            result.repairs.append(f"repaired near-JSON in <tool_call> for {name!r}")
 
 
 def _literal(node: ast.AST) -> Any:
@@ -182,7 +300,7 @@ def _parse_pythonic(text: str) -> list[tuple[str, dict[str, Any]]] | None:
     stripped = text.strip()
     if not stripped or "(" not in stripped:
         return None
-    if len(stripped) > 200_000:
+    if len(stripped) > _MAX_INPUT:
         return None
     try:
         tree = ast.parse(stripped, mode="eval")
@@ -205,6 +323,7 @@ def _parse_pythonic(text: str) -> list[tuple[str, dict[str, Any]]] | None:
                     return None
                 args[kw.arg] = _literal(kw.value)
             json.dumps(args)  # only JSON values (no sets, bytes, complex numbers)
+            args = _checked(args)
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             return None
         calls.append((name, args))
@@ -225,14 +344,90 @@ def _is_call_obj(x: Any) -> bool:
     )
 
 
+def _split_list(text: str) -> list[str] | None:
+    """The top-level elements of a JSON-like list ``[a, b, ...]`` as text (strings in double
+    or single quotes and escapes respected; a missing ``]`` tolerated). One linear scan;
+    None when the text is not a list."""
+    s = text.strip()
+    if not s.startswith("["):
+        return None
+    parts: list[str] = []
+    depth, start, quote, escaped = 0, 1, "", False
+    for j in range(1, len(s)):
+        ch = s[j]
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            if depth == 0:  # the list's own closing bracket
+                parts.append(s[start:j])
+                return [p for p in (x.strip() for x in parts) if p]
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(s[start:j])
+            start = j + 1
+        if len(parts) > _MAX_CALLS:
+            break
+    parts.append(s[start:])
+    return [p for p in (x.strip() for x in parts) if p]
+
+
+def _parse_json_elements(text: str, result: ParseResult) -> bool:
+    """Calls read one list element at a time, when the list as a whole did not parse: one
+    bad element costs that element only. False when no element is a call."""
+    parts = _split_list(text)
+    if not parts:
+        return False
+    found = False
+    for i, part in enumerate(parts[:_MAX_CALLS]):
+        try:
+            value, repaired = _loads(part)
+        except ValueError as exc:
+            result.errors.append(f"JSON tool call {i}: unparseable ({exc}): {_clip(part)}")
+            continue
+        if not _is_call_obj(value):
+            result.errors.append(f"JSON tool call {i}: not a call object: {_clip(part)}")
+            continue
+        got = _call_from_obj(value)
+        if isinstance(got, str):
+            result.errors.append(f"JSON tool call {i}: {got}")
+            continue
+        name, args = got
+        arguments = _dump_args(args)
+        result.calls.append(
+            ToolCall(id=_call_id(i, name, arguments), name=name, arguments=arguments)
+        )
+        found = True
+        if repaired:
+            result.repairs.append(f"repaired near-JSON in tool call {i} ({name!r})")
+    return found
+
+
 def _parse_json_calls(text: str, result: ParseResult) -> bool:
     """Calls from a whole-text JSON list/object; False when the text is not that shape."""
     try:
         value, repaired = _loads(text.strip())
-    except ValueError:
-        result.errors.append(f"unparseable JSON tool calls: {_clip(text)}")
+    except ValueError as exc:
+        probe = ParseResult(content=None)
+        if _parse_json_elements(text, probe):
+            result.calls.extend(probe.calls)
+            result.errors.extend(probe.errors)
+            result.repairs.extend(probe.repairs)
+            return True
+        result.errors.append(f"unparseable JSON tool calls ({exc}): {_clip(text)}")
         return True
     items = value if isinstance(value, list) else [value]
+    if len(items) > _MAX_CALLS:
+        result.errors.append(f"{len(items) - _MAX_CALLS} more JSON tool calls not read")
+        items = items[:_MAX_CALLS]
     if not items or not all(_is_call_obj(x) for x in items):
         if repaired:
             result.errors.append(f"unparseable JSON tool calls: {_clip(text)}")
@@ -264,10 +459,14 @@ def parse_output(
     *,
     reasoning: str | None = None,
 ) -> ParseResult:
-    """Read content, reasoning and calls from one assistant output. Never raises.
+    """Read content, reasoning and calls from one assistant output. Never raises, and runs in
+    time linear in the output's length (see the module docstring for the bounds).
 
     ``native_calls`` are the API's ``tool_calls`` as ``{id, name, arguments}`` dicts.
     """
+    content = clean_text(content) if isinstance(content, str) else None
+    reasoning = clean_text(reasoning) if isinstance(reasoning, str) else None
+    _BUDGET.deadline = time.monotonic() + _REPAIR_BUDGET_S
     try:
         return _parse(content, native_calls or [], reasoning)
     except Exception as exc:  # a parser bug must not fail a stage: record it instead
@@ -276,11 +475,55 @@ def parse_output(
             reasoning=reasoning,
             errors=[f"parser failure ({type(exc).__name__}): {_clip(content or '')}"],
         )
+    finally:
+        _BUDGET.deadline = None
+
+
+def _native_call(i: int, call: Any, result: ParseResult) -> None:
+    """One API tool call into ``result`` (kept even when its arguments are malformed)."""
+    if not isinstance(call, dict):
+        result.errors.append(f"native tool call {i} is not an object: {_clip(str(call))}")
+        return
+    name = clean_text(str(call.get("name") or ""))
+    arguments = call.get("arguments")
+    if arguments is None:
+        arguments = ""
+    elif not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False, default=str)
+    arguments = clean_text(arguments)
+    call_id = clean_text(str(call.get("id") or "")) or _call_id(i, name, arguments)
+    if not name:
+        result.errors.append(f"native tool call {i} has no name: {_clip(arguments)}")
+        return
+    tc = ToolCall(id=call_id, name=name, arguments=arguments or "{}")
+    try:
+        value = json.loads(tc.arguments)
+        problem = None if isinstance(value, dict) else "are not a JSON object"
+        if problem is None and _depth(value) > _MAX_DEPTH:
+            problem = f"are nested deeper than {_MAX_DEPTH} levels"
+    except RecursionError:
+        problem = f"are nested deeper than {_MAX_DEPTH} levels"
+    except ValueError:
+        problem = "are not a JSON object"
+    if problem is not None:
+        result.errors.append(f"arguments of {name!r} {problem}: {_clip(arguments)}")
+        if "nested" in problem or len(arguments) > _MAX_INPUT:
+            # not kept: later readers of the arguments would pay for (or overflow on) them
+            return
+    result.calls.append(tc)
 
 
 def _parse(content: str | None, native: list[dict[str, str]], reasoning: str | None) -> ParseResult:
     result = ParseResult(content=None, reasoning=reasoning)
     text = content or ""
+    tail = ""
+    if len(text) > _MAX_INPUT:
+        # calls are only looked for in the head; the whole text stays content
+        text, tail = text[:_MAX_INPUT], text[_MAX_INPUT:]
+        result.errors.append(
+            f"output of {len(content or ''):,} characters: only the first {_MAX_INPUT:,} "
+            "were searched for tool calls"
+        )
 
     # reasoning: <think>...</think> (Qwen3, DeepSeek-R1)
     if "<think>" in text:
@@ -293,29 +536,23 @@ def _parse(content: str | None, native: list[dict[str, str]], reasoning: str | N
         head, _, text = text.partition("</think>")
         result.reasoning = "\n".join(x for x in (reasoning, head.strip()) if x) or None
 
-    # 1) native tool_calls
+    # 1) native tool_calls, each on its own
     if native:
         result.format = "native"
         for i, call in enumerate(native):
-            name = str(call.get("name") or "")
-            arguments = call.get("arguments")
-            arguments = "" if arguments is None else str(arguments)
-            call_id = str(call.get("id") or _call_id(i, name, arguments))
-            if not name:
-                result.errors.append(f"native tool call {i} has no name: {_clip(arguments)}")
-                continue
-            tc = ToolCall(id=call_id, name=name, arguments=arguments or "{}")
-            if tc.parsed_arguments() is None:
-                result.errors.append(
-                    f"arguments of {name!r} are not a JSON object: {_clip(arguments)}"
-                )
-            result.calls.append(tc)
+            if i >= _MAX_CALLS:
+                result.errors.append(f"{len(native) - i} more native tool calls not read")
+                break
+            try:
+                _native_call(i, call, result)
+            except Exception as exc:
+                result.errors.append(f"native tool call {i}: parser failure ({type(exc).__name__})")
 
     # 2) Hermes/Qwen <tool_call> blocks
     if "<tool_call>" in text:
         result.format = "hermes" if not native else result.format
         text = _parse_hermes(text, result)
-    else:
+    elif not tail:
         # 3) pythonic and 4) bare JSON: the whole output (possibly fenced) is the calls
         body = text.strip()
         fenced = _FENCE.match(body)
@@ -324,7 +561,7 @@ def _parse(content: str | None, native: list[dict[str, str]], reasoning: str | N
         if body.startswith("[") or (body and _IDENT.match(body.split("(", 1)[0].strip() or "-")):
             py = _parse_pythonic(body)
             if py is not None:
-                for i, (name, args) in enumerate(py):
+                for i, (name, args) in enumerate(py[:_MAX_CALLS]):
                     arguments = _dump_args(args)
                     result.calls.append(
                         ToolCall(
@@ -339,7 +576,7 @@ def _parse(content: str | None, native: list[dict[str, str]], reasoning: str | N
             result.format = "json" if not native else result.format
             text = ""
 
-    text = text.strip()
+    text = (text + tail).strip()
     result.content = text or None
     return result
 

@@ -154,7 +154,7 @@ class Runner:
     def _setup_logging(self) -> None:
         logs = self.run_dir / "logs"
         logs.mkdir(exist_ok=True)
-        handler = logging.FileHandler(logs / "run.log")
+        handler = logging.FileHandler(logs / "run.log", encoding="utf-8", errors="backslashreplace")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         root = logging.getLogger("trajsynth")
         for h in list(root.handlers):
@@ -226,16 +226,25 @@ class Runner:
         )
 
     def _outputs_intact(self, sid: str, state: StageState) -> bool:
+        """Every committed file exists with its recorded size, and every shard with its
+        recorded content fingerprint (a shard overwritten in place keeps its size)."""
         art = self.artifacts_dir(sid)
         for rel, size in state.artifact_files.items():
             p = art / rel
             if not p.exists() or p.stat().st_size != size:
+                log.warning("stage %s: artifact %s is missing or resized; rerunning", sid, p)
                 return False
         for name, out in state.outputs.items():
             folder = output_dir(self.stage_dir(sid), name)
             for shard in out.shards:
                 p = folder / shard.file
                 if not p.exists() or p.stat().st_size != shard.bytes:
+                    log.warning("stage %s: shard %s is missing or resized; rerunning", sid, p)
+                    return False
+                if file_fingerprint(p) != shard.fingerprint:
+                    log.warning(
+                        "stage %s: shard %s is corrupt (content changed); rerunning", sid, p
+                    )
                     return False
         return True
 

@@ -382,6 +382,7 @@ def resolve_pipeline(
         spec = PipelineSpec.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_pipeline_error(exc, raw, where)) from None
+    _check_defaults(spec.defaults)
     load_builtin_stages(spec.plugins)
     if not spec.stages:
         raise ConfigError(f"{where}: `stages` is empty")
@@ -431,6 +432,31 @@ def resolve_pipeline(
     order = _toposort(resolved)
     _check_columns(resolved, order)
     return ResolvedPipeline(spec=spec, path=path, stages=resolved, order=order, raw=raw)
+
+
+def _check_defaults(defaults: Defaults) -> None:
+    """Validate the blocks of ``defaults`` that their users would otherwise only read once a
+    stage runs: every ``llm.<role>`` (with its simulator settings) and ``env``."""
+    from ..envs.factory import EnvFactory
+    from ..llm.client import role_config
+    from ..llm.sim import SimConfig
+
+    for role, settings in defaults.llm.items():
+        if settings is not None and not isinstance(settings, dict):
+            raise ConfigError(f"defaults.llm.{role}: expected a mapping of role settings")
+        config = role_config(role, defaults.llm)
+        if config.backend == "sim":
+            try:
+                SimConfig.model_validate(config.sim)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"])
+                msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+                raise ConfigError(f"defaults.llm.{role}.sim.{loc}: {msg}") from None
+    try:
+        EnvFactory(defaults.env)
+    except ConfigError as exc:
+        raise ConfigError(f"defaults.env: {exc.message}", hint=exc.hint) from None
 
 
 def _unroll(spec: PipelineSpec) -> list[tuple[StepSpec, int]]:

@@ -40,7 +40,8 @@ from typing import Any
 from ..core.batch import to_records
 from ..core.errors import UserError
 from ..core.schema import Message, Trajectory
-from .shards import iter_batches
+from .integrity import verify_shards
+from .shards import iter_batches, list_shards
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -142,6 +143,7 @@ def export(path: str | Path, fmt: str, dest: str | Path) -> tuple[int, Path]:
     dest = Path(dest)
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"unknown export format {fmt!r}; choose one of {list(EXPORT_FORMATS)}")
+    verify_shards(list_shards(path))  # a corrupt shard is one clear error, not bad data
     if fmt == "jsonl":
         target = dest if dest.suffix == ".jsonl" else dest / "data.jsonl"
         n = _atomic_jsonl(target, (r.model_dump(mode="json") for r in _records(path)))

@@ -1,0 +1,215 @@
+"""Reliability soak: fuzzed outputs through the parser, corrupt shards, and an LLM pipeline
+through a fault-injecting proxy against a clean baseline run in the same script.
+
+    PYTHONPATH=. python bench/reliability.py            # the full soak
+    PYTHONPATH=. python bench/reliability.py --quick    # a smaller one
+
+Measures (last line, one JSON object):
+
+- ``fuzz_crashes`` / ``fuzz_slow``: of ``--fuzz`` (10,000) seeded outputs built to break a
+  tool-call parser (``tests/reliability/faultkit.py``), how many made ``parse_output`` raise or
+  return unencodable text, and how many took over 1 s;
+- ``corrupt_undetected``: of ``--corrupt`` (20) trials that overwrite 2 KB at a random place
+  of a random committed shard (size kept), how many were missed by the reader check or
+  reused by the rerun instead of rerunning the stage;
+- ``fault_slowdown``: wall time of ``magnet_tasks → rejection_sampling`` through a proxy that
+  answers ``--fault-rate`` (20%) of requests with a fault (429 with and without
+  ``retry-after``, 500, a hang, a truncated body), divided by the same run without faults;
+- ``accepted_vs_clean``: accepted rollouts with faults ÷ without;
+- ``infra_as_model_failures``: rollouts rejected at the ``generation`` layer in the faulty
+  run, i.e. endpoint failures recorded as the model's.
+
+Not measured here (absent from the JSON): ``kill_identical`` and ``sandbox_escapes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "reliability"))
+
+from faultkit import FaultProxy, corrupt_file, fuzz_parser  # noqa: E402
+
+from trajsynth.core.errors import DataError  # noqa: E402
+from trajsynth.llm.client import reset_clients  # noqa: E402
+from trajsynth.llm.server import spawn_server  # noqa: E402
+from trajsynth.pipeline.runner import run_pipeline  # noqa: E402
+from trajsynth.pipeline.spec import resolve_pipeline  # noqa: E402
+from trajsynth.store.integrity import verify_shards  # noqa: E402
+from trajsynth.store.shards import count_rows, list_shards  # noqa: E402
+
+CPU_PIPE = {
+    "name": "corrupt",
+    "defaults": {"seed": 0, "shard_rows": 100},
+    "stages": [
+        {"id": "raw", "uses": "synthetic", "with": {"rows": 400}},
+        {"id": "split", "uses": "split", "from": "raw", "with": {"eval_fraction": 0.2}},
+        {"id": "pick", "uses": "sample", "from": "split", "with": {"n": 150}},
+    ],
+}
+FAULTS = ("429", "429-no-retry-after", "500", "hang", "garbage")
+
+
+def corrupt_trials(trials: int, seed: int) -> dict[str, int]:
+    rnd = random.Random(seed)
+    missed_reader = missed_rerun = 0
+    with tempfile.TemporaryDirectory(prefix="trajsynth-corrupt-") as tmp:
+        out = Path(tmp) / "run"
+        run_pipeline(resolve_pipeline(CPU_PIPE), out=out)
+        for t in range(trials):
+            stage = rnd.choice(["raw", "split", "pick"])
+            shard = rnd.choice(list_shards(out / stage))
+            corrupt_file(shard, 2048, seed=seed + t, anywhere=True)
+            try:
+                verify_shards([shard])
+                missed_reader += 1
+            except DataError:
+                pass
+            result = run_pipeline(resolve_pipeline(CPU_PIPE), out=out)
+            if stage not in result.executed:
+                missed_rerun += 1
+    return {"trials": trials, "missed_reader": missed_reader, "missed_rerun": missed_rerun}
+
+
+def llm_run(base_url: str, out: Path, tasks: int, n: int, timeout_s: float) -> dict[str, float]:
+    llm = {
+        "*": {
+            "backend": "openai",
+            "base_url": base_url,
+            "model": "sim",
+            "api_key": "none",
+            "send_metadata": True,
+            "timeout_s": timeout_s,
+        }
+    }
+    pipe = {
+        "name": "faults",
+        "defaults": {"seed": 0, "shard_rows": 500, "llm": llm},
+        "stages": [
+            {
+                "id": "tasks",
+                "uses": "magnet_tasks",
+                "with": {
+                    "tasks_per_domain": tasks,
+                    "domains": ["math", "travel"],
+                    "graph": {"similarity": "lexical"},
+                },
+            },
+            {"id": "rollouts", "uses": "rejection_sampling", "from": "tasks", "with": {"n": n}},
+        ],
+    }
+    reset_clients()
+    start = time.perf_counter()
+    try:
+        run_pipeline(resolve_pipeline(pipe), out=out)
+    finally:
+        reset_clients()
+    seconds = time.perf_counter() - start
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    failed_dir = out / "rollouts" / "failed"
+    infra = 0
+    if failed_dir.is_dir() and list(failed_dir.glob("*.parquet")):
+        layers = pq.read_table(failed_dir, columns=["failure_layer"]).column("failure_layer")
+        infra = int(pc.sum(pc.equal(layers, "generation")).as_py() or 0)
+    return {
+        "seconds": seconds,
+        "accepted": count_rows(out / "rollouts"),
+        "failed": count_rows(failed_dir) if failed_dir.is_dir() else 0,
+        "infra": infra,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes")
+    ap.add_argument("--fuzz", type=int, default=10_000)
+    ap.add_argument("--corrupt", type=int, default=20)
+    ap.add_argument("--tasks", type=int, default=8, help="tasks per domain (2 domains)")
+    ap.add_argument("--n", type=int, default=4, help="rollouts per task")
+    ap.add_argument("--fault-rate", type=float, default=0.2)
+    ap.add_argument("--faults", default=",".join(FAULTS), help="the fault mix, comma-separated")
+    ap.add_argument("--hang-s", type=float, default=30.0)
+    ap.add_argument("--timeout-s", type=float, default=5.0, help="the roles' request timeout")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    if args.quick:
+        args.fuzz, args.corrupt, args.tasks, args.n = 1000, 5, 3, 2
+
+    rows: list[tuple[str, str]] = []
+    fuzz = fuzz_parser(args.fuzz, seed=args.seed)
+    rows.append(("fuzz outputs", f"{fuzz['outputs']:,} ({fuzz['chars']:,} chars)"))
+    rows.append(("fuzz crashes / slow", f"{len(fuzz['crashes'])} / {fuzz['slow']}"))
+    rows.append(("fuzz slowest parse", f"{fuzz['max_s'] * 1000:.0f} ms"))
+
+    corrupt = corrupt_trials(args.corrupt, args.seed)
+    undetected = corrupt["missed_reader"] + corrupt["missed_rerun"]
+    rows.append(("corrupt shard trials", str(corrupt["trials"])))
+    rows.append(
+        ("missed by readers / reruns", f"{corrupt['missed_reader']} / {corrupt['missed_rerun']}")
+    )
+
+    with (
+        tempfile.TemporaryDirectory(prefix="trajsynth-faults-") as tmp,
+        spawn_server("--backend", "sim") as server,
+    ):
+        llm_run(server.base_url, Path(tmp) / "warmup", 1, 1, args.timeout_s)  # imports, pools
+        clean = llm_run(server.base_url, Path(tmp) / "clean", args.tasks, args.n, args.timeout_s)
+        with FaultProxy(
+            server.base_url,
+            rate=args.fault_rate,
+            faults=tuple(args.faults.split(",")),
+            seed=args.seed,
+            hang_s=args.hang_s,
+            retry_after_s=0.05,
+        ) as proxy:
+            faulty = llm_run(
+                proxy.base_url, Path(tmp) / "faulty", args.tasks, args.n, args.timeout_s
+            )
+            injected = {k: v for k, v in proxy.counts.items() if k != "ok"}
+    slowdown = faulty["seconds"] / max(clean["seconds"], 1e-9)
+    accepted = faulty["accepted"] / max(clean["accepted"], 1)
+    rows.append(
+        (
+            "clean run",
+            f"{clean['seconds']:.1f} s, {clean['accepted']} accepted, {clean['failed']} failed",
+        )
+    )
+    rows.append(
+        (
+            "faulty run",
+            f"{faulty['seconds']:.1f} s, {faulty['accepted']} accepted, {faulty['failed']} failed",
+        )
+    )
+    rows.append(("faults injected", ", ".join(f"{k}={v}" for k, v in sorted(injected.items()))))
+    rows.append(("request timeout / hang", f"{args.timeout_s:g} s / {args.hang_s:g} s"))
+
+    width = max(len(k) for k, _ in rows)
+    print(f"{'measure':<{width}}  value")
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    print(
+        json.dumps(
+            {
+                "accepted_vs_clean": round(accepted, 3),
+                "infra_as_model_failures": faulty["infra"],
+                "fault_slowdown": round(slowdown, 2),
+                "fuzz_crashes": len(fuzz["crashes"]),
+                "fuzz_slow": fuzz["slow"],
+                "corrupt_undetected": undetected,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""``validate`` checks every config block before anything runs, ``defaults.llm.<role>`` and
+``defaults.env`` included.
+
+Run: PYTHONPATH=. python -m pytest tests/reliability/test_validate_defaults.py -q
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trajsynth.core.errors import ConfigError
+from trajsynth.pipeline.spec import builtin_pipelines, load_pipeline
+
+TINY = "tiny"
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("defaults.llm.teacher.max_retries=abc", "defaults.llm.teacher.max_retries:"),
+        ("defaults.llm.*.backend=nope", "defaults.llm.*.backend:"),
+        ("defaults.llm.judge.sim.bogus=1", "defaults.llm.judge.sim.bogus: unknown field"),
+        ("defaults.llm.teacher.local.batch_size=0", "defaults.llm.teacher.local.batch_size:"),
+        ("defaults.llm.teacher=3", "defaults.llm.teacher"),
+        ("defaults.env.max_steps=abc", "defaults.env: invalid env config at max_steps"),
+        ("defaults.env.domains=[nowhere]", "defaults.env: unknown domain 'nowhere'"),
+    ],
+)
+def test_bad_defaults_fail_at_load(override: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(TINY, [override])
+    assert needle in str(err.value.message)
+
+
+def test_every_builtin_pipeline_still_validates() -> None:
+    for name in builtin_pipelines():
+        load_pipeline(name)
+
+
+def test_validate_command_exits_2_before_running(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "trajsynth", "validate", TINY, "--set",
+         "defaults.llm.teacher.max_retries=abc"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 2
+    assert "defaults.llm.teacher.max_retries" in res.stderr
+    assert "Traceback" not in res.stderr + res.stdout
