@@ -1,9 +1,10 @@
 """Multi-turn episodes: a policy plays a task's user turns against a real environment.
 
-Every generation method (rejection sampling, director-actor, TSR, Magnet pairs) and the
-trainer's evaluation against an endpoint play tasks through this one runner. It imports no
-LLM code: the policy and the user are protocols, and stage-side adapters turn an LLM role
-into either.
+Every generation method (rejection sampling, director-actor, TSR, Magnet pairs, HardGen)
+and the trainer (evaluation, GCP's probe, GRPO rollouts: :mod:`trajsynth.train.rollout`)
+play tasks through this one runner, with the same gold user. It imports no LLM code: the
+policy and the user are protocols, and adapters (stage-side for roles, train-side for
+checkpoints and endpoints) turn a model into either.
 
 - **policy**: ``async policy(messages, tools) -> PolicyStep | Message``: the next assistant
   message for the conversation so far;
@@ -32,8 +33,8 @@ One episode (:func:`run_episode`, or :class:`Episode` step by step for search me
    a message whose generation hit its length limit (``PolicyStep.closed`` False) ends it
    before its calls run (``end = "length"``);
 6) the result: messages, format errors, tool errors, assistant steps, turns reached, the
-   final state hash, and per-step records (calls, errors, state hash before the step,
-   log-probability when the policy reports one).
+   final state hash, and per-step records (calls, errors, state hash before the step, the
+   parser's errors, log-probability when the policy reports one).
 
 Token in / token out (an option, for training): with a ``renderer`` (the chat template of
 the model that plays, :class:`TokenRenderer`) the episode keeps the token sequence the model
@@ -424,6 +425,8 @@ class Episode:
         }
         if step.logprob is not None:
             info["logprob"] = step.logprob
+        if step.format_errors:
+            info["parse_errors"] = list(step.format_errors)
         s.messages.append(msg)
         s.steps += 1
         s.turn_steps += 1
