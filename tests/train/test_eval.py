@@ -13,6 +13,7 @@ import pytest
 
 from trajsynth.core.batch import to_batch
 from trajsynth.core.schema import Message, ToolCall
+from trajsynth.envs.episode import NUDGE
 from trajsynth.train.eval import evaluate, score_episode
 from trajsynth.train.rollout import ChatPlayer, ReplayPlayer, RolloutConfig, rollout
 from trajsynth.train.synth import env_maker, gold_trajectory, task_variants
@@ -146,3 +147,21 @@ def test_episode_records_tokens_only_for_token_level_policies(tasks, gold, make_
     traj = eps[0].to_trajectory()
     assert traj.parent_ids == [tasks[0].id] and traj.messages == eps[0].messages
     assert to_batch([traj]).num_rows == 1  # a valid shard row
+
+
+def test_gold_user_nudges_a_needless_question_as_in_generation(tasks, gold, make_env) -> None:
+    """Evaluation plays the gold user of generation: a question the task does not expect
+    gets the nudge, and the episode goes on to the gold calls."""
+    row = next(t for t in tasks if t.extra["family"] == "travel-convert")
+    traj = next(g for g in gold if g.task_id == row.task_id)
+    question = Message(role="assistant", content="Which currencies do you mean?")
+    asked = traj.derive(messages=[question, *traj.messages])
+    report = evaluate([row], ReplayPlayer([asked]), make_env, RolloutConfig(max_steps=12))
+    messages = report.episodes[0]["messages"]
+    assert messages[1]["content"] == question.content
+    assert messages[2] == {"role": "user", "content": NUDGE}
+    assert [m["role"] for m in messages[3:]] == [m.role for m in traj.messages[1:]]
+    # the calls ran and reached the gold state; the extra question costs the step match
+    scores = report.episodes[0]["scores"]
+    assert scores["state_match"] == 1.0 and scores["outputs_match"] == 1.0
+    assert scores["call_match"] == 0.0 and scores["call_accuracy"] == 0.0
