@@ -127,3 +127,14 @@ def test_eval_cli_plays_a_checkpoint(tiny_dir: Path, tmp_path: Path, capsys) -> 
     assert code == 0, err
     report = json.loads(out.strip().splitlines()[-1])
     assert report["tasks"] == 2 and report["overall"]["perplexity"] > 1.0
+
+
+def test_token_in_needs_a_local_backend() -> None:
+    from trajsynth.core.errors import ConfigError
+    from trajsynth.llm import client_for_role
+
+    client = client_for_role("teacher", {"teacher": {"backend": "sim"}})
+    with pytest.raises(ConfigError, match="local checkpoint"):
+        ChatPlayer(client, tokens=True)
+    with pytest.raises(ConfigError, match="needs backend: local"):
+        asyncio.run(client.chat([{"role": "user", "content": "hi"}], prompt_token_ids=[1, 2]))
