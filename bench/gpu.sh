@@ -37,7 +37,8 @@ import torch
 from trajsynth.train.eval import evaluate
 from trajsynth.train.grpo import GRPOConfig, train_grpo
 from trajsynth.train.modeling import load_student, resolve_device
-from trajsynth.train.rollout import LocalPolicy, RolloutConfig
+from trajsynth.llm.local import LocalBackend
+from trajsynth.train.rollout import ChatPlayer, RolloutConfig
 from trajsynth.train.sft import SFTConfig, train_sft
 from trajsynth.train.synth import env_maker, gold_trajectory, task_variants
 from trajsynth.train.tiny import TinyConfig
@@ -78,9 +79,10 @@ sft_mfu = (sft.tokens_per_s * flops_per_token / (peak * 1e12)) if peak else None
 
 def held_out(folder):
     model, tok = load_student(folder, device)
-    policy = LocalPolicy(model, tok, device=device, precision=sft.precision)
+    backend = LocalBackend.from_model(model, tok, device=device, batch_size=256,
+                                      autocast="bf16" if sft.precision == "bf16" else "none")
     cfg = RolloutConfig(temperature=0.0, max_new_tokens=256, batch_size=256, max_len=4096)
-    return evaluate(eval_tasks, policy, make_env, cfg, logprobs=False).overall
+    return evaluate(eval_tasks, ChatPlayer.local(backend), make_env, cfg, logprobs=False).overall
 
 sft_eval = held_out(tmp / "sft")
 

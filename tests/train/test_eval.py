@@ -13,8 +13,9 @@ import pytest
 
 from trajsynth.core.batch import to_batch
 from trajsynth.core.schema import Message, ToolCall
+from trajsynth.envs.episode import NUDGE
 from trajsynth.train.eval import evaluate, score_episode
-from trajsynth.train.rollout import ClientPolicy, ReplayPolicy, RolloutConfig, rollout
+from trajsynth.train.rollout import ChatPlayer, ReplayPlayer, RolloutConfig, rollout
 from trajsynth.train.synth import env_maker, gold_trajectory, task_variants
 
 FAMILIES = [
@@ -44,7 +45,7 @@ def gold(tasks, make_env):
 
 
 def test_gold_calls_score_100_percent(tasks, gold, make_env) -> None:
-    report = evaluate(tasks, ReplayPolicy(gold), make_env, RolloutConfig(max_steps=12))
+    report = evaluate(tasks, ReplayPlayer(gold), make_env, RolloutConfig(max_steps=12))
     assert report.tasks == len(tasks) == 28
     for metric in ("call_match", "exact_match", "state_match", "outputs_match", "call_accuracy"):
         assert report.overall[metric] == 1.0, metric
@@ -74,7 +75,7 @@ def test_planted_wrong_call_lowers_the_right_capability(tasks, gold, make_env) -
             id=step.tool_calls[1].id, name="get_order", arguments='{"order_id": "#W0000"}'
         )
         planted.append(traj.derive(messages=messages))
-    report = evaluate(tasks, ReplayPolicy(planted), make_env, RolloutConfig(max_steps=12))
+    report = evaluate(tasks, ReplayPlayer(planted), make_env, RolloutConfig(max_steps=12))
     n = report.counts["parallel_calls"]
     assert report.by_capability["parallel_calls"]["call_match"] == pytest.approx((n - 1) / n)
     assert report.by_capability["parallel_calls"]["exact_match"] == pytest.approx((n - 1) / n)
@@ -115,18 +116,17 @@ class _FakeClient:
     """The llm client's chat() contract, answering from gold trajectories."""
 
     def __init__(self, gold) -> None:
-        self.replay = ReplayPolicy(gold)
+        self.replay = ReplayPlayer(gold)
         self.calls = 0
 
     async def chat(self, messages, tools=None, **kwargs):
         self.calls += 1
-        assert kwargs["temperature"] == 0.0 and tools
-        ep = SimpleNamespace(
-            row=SimpleNamespace(task_id=self._task),
-            steps=sum(m.role == "assistant" for m in messages),
+        assert kwargs["temperature"] == 0.0 and tools and "prompt_token_ids" not in kwargs
+        row = SimpleNamespace(task_id=self._task)
+        message = await self.replay.policy(row, 0, RolloutConfig())(messages, tools)
+        choice = SimpleNamespace(
+            message=message, finish_reason="stop", format_errors=[], logprobs=None, token_ids=None
         )
-        turn = await self.replay.act(ep, RolloutConfig(), 0)
-        choice = SimpleNamespace(message=turn.message, finish_reason="stop", format_errors=[])
         return SimpleNamespace(ok=True, choices=[choice], error=None)
 
 
@@ -136,14 +136,32 @@ def test_client_policy_uses_the_same_scoring(tasks, gold, make_env) -> None:
     reports = []
     for row in rows:
         client._task = row.task_id
-        reports.append(evaluate([row], ClientPolicy(client), make_env, logprobs=False))
+        reports.append(evaluate([row], ChatPlayer(client), make_env, logprobs=False))
     assert all(r.overall["call_match"] == 1.0 for r in reports)
     assert client.calls == 4  # one call step and one answer per task
 
 
 def test_episode_records_tokens_only_for_token_level_policies(tasks, gold, make_env) -> None:
-    eps = asyncio.run(rollout(tasks[:3], ReplayPolicy(gold), make_env, RolloutConfig()))
+    eps = asyncio.run(rollout(tasks[:3], ReplayPlayer(gold), make_env, RolloutConfig()))
     assert all(ep.token_ids == [] and ep.messages for ep in eps)
     traj = eps[0].to_trajectory()
     assert traj.parent_ids == [tasks[0].id] and traj.messages == eps[0].messages
     assert to_batch([traj]).num_rows == 1  # a valid shard row
+
+
+def test_gold_user_nudges_a_needless_question_as_in_generation(tasks, gold, make_env) -> None:
+    """Evaluation plays the gold user of generation: a question the task does not expect
+    gets the nudge, and the episode goes on to the gold calls."""
+    row = next(t for t in tasks if t.extra["family"] == "travel-convert")
+    traj = next(g for g in gold if g.task_id == row.task_id)
+    question = Message(role="assistant", content="Which currencies do you mean?")
+    asked = traj.derive(messages=[question, *traj.messages])
+    report = evaluate([row], ReplayPlayer([asked]), make_env, RolloutConfig(max_steps=12))
+    messages = report.episodes[0]["messages"]
+    assert messages[1]["content"] == question.content
+    assert messages[2] == {"role": "user", "content": NUDGE}
+    assert [m["role"] for m in messages[3:]] == [m.role for m in traj.messages[1:]]
+    # the calls ran and reached the gold state; the extra question costs the step match
+    scores = report.episodes[0]["scores"]
+    assert scores["state_match"] == 1.0 and scores["outputs_match"] == 1.0
+    assert scores["call_match"] == 0.0 and scores["call_accuracy"] == 0.0

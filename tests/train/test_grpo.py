@@ -15,9 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trajsynth.core.schema import Message, ToolCall  # noqa: E402
+from trajsynth.llm.local import LocalBackend  # noqa: E402
 from trajsynth.train.advantages import AdvantageStats  # noqa: E402
 from trajsynth.train.grpo import GRPOConfig, _token_batch, score_and_advantages  # noqa: E402
-from trajsynth.train.rollout import Episode, LocalPolicy, RolloutConfig, rollout  # noqa: E402
+from trajsynth.train.rollout import ChatPlayer, Rollout, RolloutConfig, rollout  # noqa: E402
 from trajsynth.train.synth import env_maker, gold_trajectory, task_variants  # noqa: E402
 
 FAMILIES = ["travel-convert", "math-marathon-miles", "commerce-order-status"]
@@ -33,13 +34,13 @@ def tasks():
     return task_variants(12, seed=1, task_ids=FAMILIES, distractors=1)
 
 
-def _episode(row, make_env, calls: list[tuple[str, dict]] | None, answer: str = "Done.") -> Episode:
+def _episode(row, make_env, calls: list[tuple[str, dict]] | None, answer: str = "Done.") -> Rollout:
     """An episode that makes ``calls`` (None: answers straight away), then answers."""
     env = make_env(row)
     from trajsynth.core.task import GroundTruth
 
     env.reset(GroundTruth.from_json(row.ground_truth))
-    ep = Episode(row=row, messages=[Message(role="user", content=row.goal)])
+    ep = Rollout(row=row, messages=[Message(role="user", content=row.goal)])
     if calls is not None:
         ep.step_states.append(env.state_hash())
         msg = Message(
@@ -111,7 +112,7 @@ def test_token_batch_puts_advantages_on_generated_tokens_only() -> None:
     from trajsynth.core.schema import Trajectory
 
     row = Trajectory(id="r", task_id="t")
-    ep = Episode(row=row)
+    ep = Rollout(row=row)
     ep.token_ids = [5, 6, 7, 8, 9, 10, 11]
     ep.mask = [0, 0, 1, 1, 0, 1, 1]
     ep.step_of_token = [-1, -1, 0, 0, -1, 1, 1]
@@ -123,12 +124,12 @@ def test_token_batch_puts_advantages_on_generated_tokens_only() -> None:
 
 def test_rollouts_keep_generated_ids_and_batch_generation(tasks, make_env, tiny_student) -> None:
     model, tok = tiny_student
-    policy = LocalPolicy(model, tok)
+    backend = LocalBackend.from_model(model, tok, batch_size=64)
     cfg = RolloutConfig(temperature=1.0, max_new_tokens=24, max_steps=3, batch_size=64)
-    eps = asyncio.run(rollout(tasks[:4], policy, make_env, cfg, samples=3, seed=0))
+    eps = asyncio.run(rollout(tasks[:4], ChatPlayer.local(backend), make_env, cfg, samples=3))
     assert len(eps) == 12 and all(ep.error is None for ep in eps)
     # every episode's first turn went out in one batch
-    assert policy.batches < sum(ep.steps for ep in eps)
+    assert backend.stats["batches"] < sum(ep.steps for ep in eps)
     for ep in eps:
         assert len(ep.token_ids) == len(ep.mask) == len(ep.step_of_token)
         assert ep.steps >= 1 and len(ep.step_states) >= ep.steps
@@ -209,7 +210,7 @@ def test_train_grpo_on_arena_packages_uses_the_package_reward(tmp_path: Path, ex
     # the package's own reward decides: the full solve 1, half of it F1 = 2·1·0.5/1.5 = 2/3
     add = ("add", {"a": 3.0, "b": 4.0})
     mul = ("multiply", {"a": 7.0, "b": 5.0})
-    ep_full, ep_half = Episode(row=row), Episode(row=row)
+    ep_full, ep_half = Rollout(row=row), Rollout(row=row)
     ep_full.messages = [Message(role="assistant", tool_calls=[ToolCall(id=n, name=n,
                         arguments=json.dumps(a)) for n, a in (add, mul)])]  # fmt: skip
     ep_half.messages = [Message(role="assistant", tool_calls=[ToolCall(id="a", name=add[0],

@@ -205,9 +205,10 @@ def test_sft_on_500_trajectories_learns_format_and_tool_choice(tmp_path: Path) -
     induction circuit a 1M-parameter model trained from scratch forms only after ~10k
     examples (measured on a one-slot copy task: a sudden jump from 0% to 100% after ~350
     steps of 32), far beyond a CPU minute budget; the exact-match figure is printed."""
+    from trajsynth.llm.local import LocalBackend
     from trajsynth.train.eval import evaluate
     from trajsynth.train.modeling import load_student
-    from trajsynth.train.rollout import LocalPolicy, RolloutConfig
+    from trajsynth.train.rollout import ChatPlayer, RolloutConfig
     from trajsynth.train.synth import env_maker, gold_trajectory, task_variants
 
     families = [
@@ -225,7 +226,8 @@ def test_sft_on_500_trajectories_learns_format_and_tool_choice(tmp_path: Path) -
     )
     assert result.final_loss is not None and result.final_loss < 0.3 * result.first_loss
     model, tok = load_student(tmp_path / "m")
-    rep = evaluate(held_out, LocalPolicy(model, tok), make_env,
+    player = ChatPlayer.local(LocalBackend.from_model(model, tok), logprobs=True)
+    rep = evaluate(held_out, player, make_env,
                    RolloutConfig(temperature=0, max_steps=8, max_new_tokens=96))  # fmt: skip
     print({k: round(v, 3) for k, v in rep.overall.items()})
     assert rep.tasks == 100

@@ -303,7 +303,7 @@ def eval_command(
     """Score a model on held-out tasks with the shared verifiers, per capability and overall."""
     if (model is None) == (base_url is None):
         raise ConfigError("give exactly one of --model DIR or --base-url URL")
-    from ..train.rollout import ClientPolicy, RolloutConfig
+    from ..train.rollout import ChatPlayer, RolloutConfig
 
     rows = _records(tasks, "tasks")[:limit]
     if not rows:
@@ -312,12 +312,13 @@ def eval_command(
     if model is not None:
         _require_train_extra()
         _model_folder(model)
-        from ..train.modeling import load_student, resolve_device
-        from ..train.rollout import LocalPolicy
+        from ..llm.base import RoleConfig
+        from ..llm.local import LocalBackend
+        from ..train.modeling import resolve_device
 
-        dev = resolve_device(device)
-        m, tok = load_student(model, dev)
-        policy: Any = LocalPolicy(m, tok, device=dev)
+        local = {"device": resolve_device(device), "batch_size": cfg.batch_size}
+        backend = LocalBackend(RoleConfig(backend="local", model=str(model), local=local))
+        player = ChatPlayer.local(backend, logprobs=True)
         name = str(model)
     else:
         from ..llm.client import client_for_role
@@ -325,12 +326,12 @@ def eval_command(
         role = {"backend": "openai", "base_url": base_url, "model": api_model, "cache": False}
         if api_key_env:
             role["api_key_env"] = api_key_env
-        policy = ClientPolicy(client_for_role("eval", {"eval": role}))
+        player = ChatPlayer(client_for_role("eval", {"eval": role}))
         name = f"{base_url} {api_model}".strip()
     from ..train.eval import evaluate
     from ..train.synth import env_maker
 
-    report = evaluate(rows, policy, env_maker(max_observation_chars), cfg)
+    report = evaluate(rows, player, env_maker(max_observation_chars), cfg)
     if episodes is not None:
         episodes.write_text(json.dumps(report.episodes, indent=1, default=str))
     if as_json:

@@ -1,9 +1,10 @@
 """Multi-turn episodes: a policy plays a task's user turns against a real environment.
 
-Every generation method (rejection sampling, director-actor, TSR, Magnet pairs) and the
-trainer's evaluation against an endpoint play tasks through this one runner. It imports no
-LLM code: the policy and the user are protocols, and stage-side adapters turn an LLM role
-into either.
+Every generation method (rejection sampling, director-actor, TSR, Magnet pairs, HardGen)
+and the trainer (evaluation, GCP's probe, GRPO rollouts: :mod:`trajsynth.train.rollout`)
+play tasks through this one runner, with the same gold user. It imports no LLM code: the
+policy and the user are protocols, and adapters (stage-side for roles, train-side for
+checkpoints and endpoints) turn a model into either.
 
 - **policy**: ``async policy(messages, tools) -> PolicyStep | Message``: the next assistant
   message for the conversation so far;
@@ -29,9 +30,24 @@ One episode (:func:`run_episode`, or :class:`Episode` step by step for search me
    None ends the episode;
 5) ``max_steps_per_turn`` assistant messages in one turn, or ``max_steps`` in all, end the
    episode (``end = "max_steps"``); ``stop_after_turn`` ends it once that turn is answered;
+   a message whose generation hit its length limit (``PolicyStep.closed`` False) ends it
+   before its calls run (``end = "length"``);
 6) the result: messages, format errors, tool errors, assistant steps, turns reached, the
-   final state hash, and per-step records (calls, errors, state hash before the step,
-   log-probability when the policy reports one).
+   final state hash, and per-step records (calls, errors, state hash before the step, the
+   parser's errors, log-probability when the policy reports one).
+
+Token in / token out (an option, for training): with a ``renderer`` (the chat template of
+the model that plays, :class:`TokenRenderer`) the episode keeps the token sequence the model
+sees and writes. The first prompt is the rendering of the opening messages; after each
+assistant step only the ids of the messages that follow it (tool results, the user's reply,
+the next generation prompt) are appended, so what the model generated is never
+re-tokenized. The policy is asked with ``prompt_ids=`` (it must generate from exactly those
+ids) and returns the ids it generated (and their log-probabilities, when asked). The
+sequence is capped at ``EpisodeLimits.max_tokens``: a generation cut there, or a prompt that
+would pass it, ends the episode (``end = "length"``). The result holds, per assistant step,
+the prompt ids, the generated ids and their log-probabilities (:class:`TokenStep`), and the
+whole sequence with its loss mask (1 = generated) and the step each generated token belongs
+to.
 """
 
 from __future__ import annotations
@@ -54,9 +70,12 @@ __all__ = [
     "GoldUser",
     "Policy",
     "PolicyStep",
+    "TokenRenderer",
+    "TokenStep",
     "User",
     "UserEvent",
     "is_question",
+    "play",
     "run_episode",
     "turn_starts",
 ]
@@ -73,14 +92,42 @@ class PolicyStep:
     format_errors: list[str] = field(default_factory=list)
     logprob: float | None = None  # mean token log-probability, when the backend reports it
     info: dict[str, Any] = field(default_factory=dict)
+    closed: bool = True  # False: the generation stopped at its length limit
+    token_ids: list[int] | None = None  # the ids generated, as generated (token level)
+    token_logprobs: list[float] | None = None  # one per generated token, when asked
 
 
 class Policy(Protocol):
-    """``await policy(messages, tools)`` → the next assistant message."""
+    """``await policy(messages, tools)`` → the next assistant message; when the episode
+    records tokens it is called with ``prompt_ids=`` as well (module docstring)."""
 
     def __call__(
         self, messages: Sequence[Message], tools: list[dict[str, Any]]
     ) -> Awaitable[PolicyStep | Message]: ...
+
+
+class TokenRenderer(Protocol):
+    """The chat template of the model that plays, as token ids."""
+
+    def prompt_ids(self, messages: Sequence[Message], tools: list[dict[str, Any]]) -> list[int]:
+        """The conversation and the generation prompt."""
+        ...
+
+    def continuation_ids(
+        self, history: Sequence[Message], new: Sequence[Message], tools: list[dict[str, Any]]
+    ) -> list[int]:
+        """What follows ``history`` (ending with an assistant message, its end-of-turn token
+        included) when ``new`` messages come after it, up to the next generation prompt."""
+        ...
+
+
+@dataclass(frozen=True)
+class TokenStep:
+    """One assistant step at the token level."""
+
+    prompt_ids: list[int] | None  # what the model was given (None: tokens not recorded)
+    token_ids: list[int] | None  # what it generated (cut at the episode's token budget)
+    logprobs: list[float] | None  # one per generated token, when the policy reports them
 
 
 @dataclass(frozen=True)
@@ -148,6 +195,7 @@ class EpisodeLimits:
     max_steps: int = 32  # assistant messages in the whole episode
     max_steps_per_turn: int = 12
     max_followups: int = 2  # questions the user answers per turn
+    max_tokens: int | None = None  # the token sequence, when tokens are recorded
 
 
 @dataclass
@@ -160,9 +208,13 @@ class EpisodeResult:
     steps: int
     turns: int
     final_state_hash: str
-    end: str  # done | user_stop | max_steps | terminal | truncated
+    end: str  # done | user_stop | max_steps | terminal | truncated | length
     step_info: list[dict[str, Any]]
     results: list[ToolResult]
+    token_steps: list[TokenStep] = field(default_factory=list)  # one per assistant step
+    token_ids: list[int] = field(default_factory=list)  # the whole sequence (token level)
+    mask: list[int] = field(default_factory=list)  # 1 = generated by the policy
+    step_of_token: list[int] = field(default_factory=list)  # assistant step, -1 otherwise
 
     @property
     def calls(self) -> list[Any]:
@@ -181,6 +233,11 @@ class _State:
     turn_steps: int = 0
     followups: int = 0
     end: str | None = None
+    token_steps: list[TokenStep] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    step_of_token: list[int] = field(default_factory=list)
+    covered: int = 0  # messages the token sequence renders
 
     def copy(self) -> _State:
         return _State(
@@ -194,6 +251,11 @@ class _State:
             self.turn_steps,
             self.followups,
             self.end,
+            list(self.token_steps),
+            list(self.token_ids),
+            list(self.mask),
+            list(self.step_of_token),
+            self.covered,
         )
 
 
@@ -223,6 +285,7 @@ class Episode:
         user: User | None = None,
         limits: EpisodeLimits | None = None,
         stop_after_turn: int | None = None,
+        renderer: TokenRenderer | None = None,
     ) -> None:
         self.task = task
         self.env = env
@@ -232,6 +295,7 @@ class Episode:
         self.user: User = user or GoldUser(task)
         self.limits = limits or EpisodeLimits()
         self.stop_after_turn = stop_after_turn
+        self.renderer = renderer
         self.s = _State([], [], [], [], [])
 
     # -- 1) start ------------------------------------------------------------------------------
@@ -299,6 +363,51 @@ class Episode:
         self.s = snap.state.copy()
         self.env.restore(snap.env)
 
+    # -- token in / token out ------------------------------------------------------------
+    def next_prompt(self) -> list[int] | None:
+        """With a renderer: the prompt ids of the next assistant step (the sequence so far
+        plus the ids of the messages since the last step); None without one, or when the
+        prompt would pass ``max_tokens`` (which ends the episode)."""
+        s = self.s
+        if self.renderer is None or s.end is not None:
+            return None
+        if not s.token_ids:
+            more = self.renderer.prompt_ids(s.messages, self.tools)
+        elif len(s.messages) > s.covered:
+            more = self.renderer.continuation_ids(
+                s.messages[: s.covered], s.messages[s.covered :], self.tools
+            )
+        else:
+            more = []
+        budget = self.limits.max_tokens
+        if budget is not None and len(s.token_ids) + len(more) >= budget:
+            s.end = "length"
+            return None
+        s.token_ids += more
+        s.mask += [0] * len(more)
+        s.step_of_token += [-1] * len(more)
+        s.covered = len(s.messages)
+        return list(s.token_ids)
+
+    def _record_tokens(self, step: PolicyStep, index: int) -> bool:
+        """The step's tokens (module docstring); False when the budget cut them."""
+        s = self.s
+        if self.renderer is None:
+            s.token_steps.append(TokenStep(None, step.token_ids, step.token_logprobs))
+            return True
+        if step.token_ids is None:
+            raise ValueError("a policy playing token in / token out must return token_ids")
+        budget = self.limits.max_tokens
+        room = len(step.token_ids) if budget is None else max(0, budget - len(s.token_ids))
+        ids = step.token_ids[:room]
+        lps = step.token_logprobs[: len(ids)] if step.token_logprobs is not None else None
+        s.token_steps.append(TokenStep(list(s.token_ids), ids, lps))
+        s.token_ids += ids
+        s.mask += [1] * len(ids)
+        s.step_of_token += [index] * len(ids)
+        s.covered = len(s.messages)
+        return len(ids) == len(step.token_ids)
+
     # -- 2-5) one assistant message ----------------------------------------------------------
     async def advance(self, reply: PolicyStep | Message) -> None:
         s = self.s
@@ -316,9 +425,16 @@ class Episode:
         }
         if step.logprob is not None:
             info["logprob"] = step.logprob
+        if step.format_errors:
+            info["parse_errors"] = list(step.format_errors)
         s.messages.append(msg)
         s.steps += 1
         s.turn_steps += 1
+        whole = self._record_tokens(step, index)
+        if not (whole and step.closed):  # a cut message: its calls are not run
+            s.step_info.append(info)
+            s.end = "length"
+            return
         if msg.tool_calls:  # 3)
             obs, done, env_info = self.env.step(msg)
             s.messages += obs.to_messages(self.env.max_observation_chars)
@@ -374,7 +490,27 @@ class Episode:
             end=s.end or "running",
             step_info=list(s.step_info),
             results=list(s.results),
+            token_steps=list(s.token_steps),
+            token_ids=list(s.token_ids),
+            mask=list(s.mask),
+            step_of_token=list(s.step_of_token),
         )
+
+
+async def play(ep: Episode, policy: Policy | Callable[..., Any]) -> EpisodeResult:
+    """Start ``ep`` and ask ``policy`` for messages until it ends (steps 1-6); with a
+    renderer the policy is given the prompt ids of each step."""
+    await ep.start()
+    while not ep.done:
+        ids = ep.next_prompt()
+        if ep.done:
+            break
+        if ids is None:
+            reply = await _maybe_await(policy(ep.messages, ep.tools))
+        else:
+            reply = await _maybe_await(policy(ep.messages, ep.tools, prompt_ids=ids))
+        await ep.advance(reply)
+    return ep.result()
 
 
 async def run_episode(
@@ -388,6 +524,7 @@ async def run_episode(
     user: User | None = None,
     limits: EpisodeLimits | None = None,
     stop_after_turn: int | None = None,
+    renderer: TokenRenderer | None = None,
 ) -> EpisodeResult:
     """Play ``task`` with ``policy`` in ``env`` until the episode ends (steps 1-6)."""
     ep = Episode(
@@ -399,9 +536,6 @@ async def run_episode(
         user=user,
         limits=limits,
         stop_after_turn=stop_after_turn,
+        renderer=renderer,
     )
-    await ep.start()
-    while not ep.done:
-        reply = await _maybe_await(policy(ep.messages, tools))
-        await ep.advance(reply)
-    return ep.result()
+    return await play(ep, policy)

@@ -110,7 +110,9 @@ class Choice(BaseModel):
     )
     raw: str | None = Field(default=None, description="Generated text before parsing.")
     token_ids: list[int] | None = Field(
-        default=None, description="Generated token ids (local backend), for training."
+        default=None,
+        description="Generated token ids as generated, the end-of-turn token included when the "
+        "model stopped on it (local backend), for training.",
     )
 
     @property
@@ -179,6 +181,11 @@ class ChatRequest(BaseModel):
     stop: list[str] | None = None
     metadata: dict[str, Any] | None = None
     extra_body: dict[str, Any] | None = None
+    prompt_token_ids: list[int] | None = Field(
+        default=None,
+        description="Local backend: generate from exactly these ids (token in) instead of "
+        "rendering the messages; other backends do not accept it.",
+    )
 
 
 class RawChoice(BaseModel):
@@ -246,6 +253,9 @@ class LocalConfig(StrictModel):
         5.0, ge=0, description="How long the batcher waits to fill a batch."
     )
     max_new_tokens: int = Field(256, ge=1, description="Default generation length.")
+    autocast: Literal["none", "bf16"] = Field(
+        "none", description="bf16: generate under bf16 autocast (fp32 weights on a GPU)."
+    )
 
 
 class RoleConfig(StrictModel):

@@ -58,6 +58,8 @@ def request_key(identity: dict[str, Any], request: ChatRequest, *, with_metadata
     }
     if with_metadata:
         body["metadata"] = request.metadata
+    if request.prompt_token_ids is not None:
+        body["prompt_token_ids"] = request.prompt_token_ids
     return stable_hash(body, digest_size=_KEY_LEN // 2)
 
 

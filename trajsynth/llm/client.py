@@ -152,11 +152,17 @@ class LLMClient:
         stop: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         extra_body: dict[str, Any] | None = None,
+        prompt_token_ids: list[int] | None = None,
         use_cache: bool = True,
         sink: MetricsSink | None = None,
     ) -> ChatResult:
         """Ask the role's model; see the module docstring for the steps."""
         cfg = self.config
+        if prompt_token_ids is not None and self.backend.name != "local":
+            raise ConfigError(
+                f"role {self.role!r}: prompt_token_ids (token in) needs backend: local, "
+                f"not {self.backend.name}"
+            )
         # 1) the request, with the role's defaults under the call's arguments
         request = ChatRequest.model_construct(
             messages=to_openai_messages(messages),
@@ -171,6 +177,7 @@ class LLMClient:
             stop=stop,
             metadata=metadata,
             extra_body=extra_body,
+            prompt_token_ids=prompt_token_ids,
         )
         prefix = f"llm.{self.role}."
         count = sink.inc if sink is not None else (lambda name, n=1: None)

@@ -1,17 +1,28 @@
 """``backend: local`` — a transformers causal LM loaded from a folder (the student trajsynth
-trains, or any HF checkpoint on disk; nothing is downloaded).
+trains, or any HF checkpoint on disk; nothing is downloaded), or a model already in memory
+(:meth:`LocalBackend.from_model`: the policy GRPO is training). It is the one way trajsynth
+plays a checkpoint: ``trajsynth serve --backend local``, a stage's ``ctx.use_checkpoint``
+(HardGen, GCP), evaluation and GRPO rollouts all go through it.
 
 For each request:
 
-1. render the prompt with the tokenizer's chat template, passing the tools (``tools=``), and
-   assistant tool calls with their arguments as objects (the Hugging Face convention);
-2. queue it; a batcher waits up to ``batch_wait_ms`` for more requests with the same sampling
-   settings and generates up to ``batch_size`` prompts at once, left-padded, in a worker
-   thread (one generation at a time; the event loop stays free);
-3. return each sequence's text (special tokens such as ``<tool_call>`` kept, end-of-turn and
-   padding removed), its token ids (training keeps generated ids, never re-tokenized text),
-   and, when asked, each token's log-probability under the model's raw distribution (before
-   temperature/top-p), computed step by step so memory stays O(batch × vocabulary).
+1. the prompt: the request's ``prompt_token_ids`` as given (token in: an episode that keeps
+   the ids the model generated, :mod:`trajsynth.envs.episode`), or else the messages rendered
+   with the tokenizer's chat template, passing the tools (``tools=``), and assistant tool
+   calls with their arguments as objects (the Hugging Face convention);
+2. queue it; a batcher lets every request that is ready join, waits up to ``batch_wait_ms``
+   for more with the same sampling settings and generates up to ``batch_size`` prompts at
+   once, left-padded, in a worker thread (one generation at a time; the event loop stays
+   free; the model is put in eval mode for it and back);
+3. decoding follows the request alone (OpenAI semantics, not the model's generation
+   config): greedy at temperature 0, else sampling with ``temperature`` and ``top_p``; it
+   stops on the tokenizer's end-of-sequence token or any of the model's configured ones;
+4. return each sequence's text (special tokens such as ``<tool_call>`` kept, end-of-turn and
+   padding removed), its token ids as generated (the end-of-turn token included when the
+   model stopped on it: training keeps generated ids, never re-tokenized text), and, when
+   asked, each of those tokens' log-probability under the model's raw distribution (before
+   temperature/top-p), recorded one step behind by a logits processor so memory stays
+   O(batch × vocabulary).
 
 Tool calls are then read from the text by the shared parser (``parsing.py``), like every
 backend's. Sampling (temperature > 0) is seeded per batch with the first request's seed, so
@@ -22,6 +33,7 @@ default temperature is 1.0, as in the OpenAI API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import weakref
@@ -70,17 +82,18 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def __init__(self, config: RoleConfig) -> None:
+    def __init__(self, config: RoleConfig, *, model: Any = None, tokenizer: Any = None) -> None:
         self.config = config
         self.settings = config.local
         self.path = Path(config.model).expanduser()
-        if not config.model or not self.path.is_dir():
+        if model is None and (not config.model or not self.path.is_dir()):
             raise ConfigError(
                 f"local backend: model folder {config.model!r} does not exist",
                 hint="set `model:` to a folder with config.json, weights and a tokenizer",
             )
-        self._model: Any = None
-        self._tok: Any = None
+        self._model: Any = model
+        self._tok: Any = tokenizer
+        self._in_memory = model is not None
         self._load_lock = threading.Lock()
         self._gen_lock = threading.Lock()
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batcher] = (
@@ -89,7 +102,43 @@ class LocalBackend(Backend):
         #: generate() calls and prompts generated, for tests and the server's counters
         self.stats = {"batches": 0, "prompts": 0}
 
+    @classmethod
+    def from_model(
+        cls,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str = "student",
+        device: str = "cpu",
+        autocast: str = "none",
+        batch_size: int = 64,
+        max_new_tokens: int = 256,
+    ) -> LocalBackend:
+        """A backend over a model in memory (e.g. the policy being trained), already on
+        ``device``; ``autocast="bf16"`` generates under bf16 autocast."""
+        config = RoleConfig.model_validate(
+            {
+                "backend": "local",
+                "model": name,
+                "cache": False,
+                "local": {
+                    "device": device,
+                    "autocast": autocast,
+                    "batch_size": batch_size,
+                    "batch_wait_ms": 0,
+                    "max_new_tokens": max_new_tokens,
+                },
+            }
+        )
+        return cls(config, model=model, tokenizer=tokenizer)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.load()[0]
+
     def fingerprint(self) -> dict[str, Any]:
+        if self._in_memory:
+            return {"in_memory": id(self._model)}
         files = sorted(
             (p.name, p.stat().st_size, p.stat().st_mtime_ns)
             for p in self.path.iterdir()
@@ -146,6 +195,8 @@ class LocalBackend(Backend):
 
     async def _drain(self, batcher: _Batcher) -> None:
         while batcher.pending:
+            for _ in range(3):  # every coroutine that is ready queues its request
+                await asyncio.sleep(0)
             if self.settings.batch_wait_ms and len(batcher.pending) < self.settings.batch_size:
                 await asyncio.sleep(self.settings.batch_wait_ms / 1000.0)
             head = batcher.pending[0][0]
@@ -177,61 +228,87 @@ class LocalBackend(Backend):
                     fut.set_result(reply)
 
     # -- generation (worker thread) ----------------------------------------------------------
+    def stop_ids(self) -> list[int]:
+        """The ids generation stops on: the tokenizer's end of sequence and the model's."""
+        tok, model = self.load()
+        ids = {tok.eos_token_id}
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        ids |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos else [])
+        return sorted(i for i in ids if i is not None)
+
+    def _prompt_ids(self, request: ChatRequest) -> list[int]:
+        """Step 1."""
+        if request.prompt_token_ids is not None:
+            return list(request.prompt_token_ids)
+        tok = self._tok
+        try:
+            text = tok.apply_chat_template(
+                _hf_messages(request.messages),
+                tools=request.tools or None,
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+        except Exception as exc:  # a template that cannot render these messages
+            raise EndpointError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
     def generate(self, requests: list[ChatRequest]) -> list[BackendReply]:
         """Generate for requests that share sampling settings; one reply per request."""
         import torch
+        from transformers import GenerationConfig, LogitsProcessorList
 
         tok, model = self.load()
         first = requests[0]
         n = first.n
         temperature = 1.0 if first.temperature is None else first.temperature
         max_new = first.max_tokens or self.settings.max_new_tokens
-        prompts = []
-        for r in requests:
+        stop_ids = self.stop_ids()
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else stop_ids[0]
+        # 1-2) the prompts, left-padded
+        prompts = [self._prompt_ids(r) for r in requests]
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # (B, T)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, T)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention[i, width - len(p) :] = 1
+        # 3) decoding as the request says
+        sample = temperature > 0
+        gen_cfg = GenerationConfig(
+            max_new_tokens=max_new,
+            num_return_sequences=n,
+            do_sample=sample,
+            temperature=temperature if sample else None,
+            top_p=(first.top_p or 1.0) if sample else None,
+            top_k=None,
+            eos_token_id=stop_ids,
+            pad_token_id=pad_id,
+            return_dict_in_generate=True,
+        )
+        recorder = _LogprobRecorder(first.top_logprobs or 0) if first.logprobs else None
+        device = self.settings.device
+        with self._gen_lock, torch.no_grad(), _autocast(device, self.settings.autocast):
+            was_training = model.training
+            model.eval()
             try:
-                prompts.append(
-                    tok.apply_chat_template(
-                        _hf_messages(r.messages),
-                        tools=r.tools or None,
-                        add_generation_prompt=True,
-                        tokenize=False,
-                    )
+                if first.seed is not None:
+                    torch.manual_seed(first.seed)
+                out = model.generate(
+                    input_ids=input_ids.to(model.device),
+                    attention_mask=attention.to(model.device),
+                    generation_config=gen_cfg,
+                    logits_processor=LogitsProcessorList([recorder] if recorder else []),
                 )
-            except Exception as exc:  # a template that cannot render these messages
-                raise EndpointError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(model.device) for k, v in enc.items()}
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new,
-            "num_return_sequences": n,
-            "return_dict_in_generate": True,
-            "output_logits": bool(first.logprobs),
-            "pad_token_id": tok.pad_token_id,
-            "eos_token_id": tok.eos_token_id,
-        }
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=first.top_p or 1.0)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        with self._gen_lock, torch.no_grad():
-            if first.seed is not None:
-                torch.manual_seed(first.seed)
-            out = model.generate(**enc, **kwargs)
+            finally:
+                model.train(was_training)
             self.stats["batches"] += 1
             self.stats["prompts"] += len(requests)
-        prompt_len = enc["input_ids"].shape[1]
-        gen = out.sequences[:, prompt_len:]  # (B*n, T)
-        token_lp = None
-        top_lp: list[Any] = []
-        if first.logprobs and out.logits:
-            lps = []
-            for t, step_logits in enumerate(out.logits):  # each (B*n, V)
-                logp = torch.log_softmax(step_logits.float(), dim=-1)
-                lps.append(logp.gather(1, gen[:, t : t + 1]).squeeze(1))
-                if first.top_logprobs:
-                    top_lp.append(torch.topk(logp, first.top_logprobs, dim=-1))
-            token_lp = torch.stack(lps, dim=1)  # (B*n, T)
-        stops = {tok.eos_token_id, tok.pad_token_id}
+        gen = out.sequences[:, width:]  # (B*n, T)
+        token_lp = top_lp = None
+        if recorder is not None:
+            token_lp, top_lp = recorder.finish(out.sequences)
+        # 4) text, ids and log-probabilities per choice
+        stops = set(stop_ids)
         replies = []
         for i, r in enumerate(requests):
             choices, completion = [], 0
@@ -240,8 +317,8 @@ class LocalBackend(Backend):
                 ids = gen[row].tolist()
                 end = next((k for k, x in enumerate(ids) if x in stops), None)
                 finish = "length" if end is None else "stop"
-                ids = ids if end is None else ids[:end]
-                text = tok.decode(ids, skip_special_tokens=False)
+                ids = ids if end is None else ids[: end + 1]
+                text = tok.decode(ids if end is None else ids[:-1], skip_special_tokens=False)
                 if r.stop:
                     cut = min((text.find(s) for s in r.stop if s in text), default=-1)
                     if cut >= 0:
@@ -266,15 +343,57 @@ class LocalBackend(Backend):
                 choices.append(
                     RawChoice(content=text, finish_reason=finish, logprobs=logprobs, token_ids=ids)
                 )
-            prompt_tokens = int(enc["attention_mask"][i].sum())
             replies.append(
                 BackendReply(
                     choices=choices,
-                    usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion),
+                    usage=Usage(prompt_tokens=len(prompts[i]), completion_tokens=completion),
                     model=self.path.name,
                 )
             )
         return replies
+
+
+class _LogprobRecorder:
+    """A logits processor that keeps the log-probability of each generated token (and the
+    ``top`` most likely alternatives) under the scores it is given, one step behind (the
+    token chosen at step t is the last input id at step t + 1), so only one step's
+    distribution is held at a time."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.prev: Any = None
+        self.chosen: list[Any] = []
+        self.tops: list[Any] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        if self.prev is not None:
+            self._take(input_ids[:, -1])
+        self.prev = torch.log_softmax(scores.float(), dim=-1)  # (B*n, V)
+        return scores
+
+    def _take(self, tokens: Any) -> None:
+        self.chosen.append(self.prev.gather(1, tokens[:, None]).squeeze(1))  # (B*n,)
+        if self.top:
+            self.tops.append(self.prev.topk(self.top, dim=-1))
+        self.prev = None
+
+    def finish(self, sequences: Any) -> tuple[Any, list[Any]]:
+        """(B*n, T) log-probabilities of the generated tokens, and the top alternatives."""
+        import torch
+
+        if self.prev is not None:
+            self._take(sequences[:, -1])
+        return torch.stack(self.chosen, dim=1), self.tops
+
+
+def _autocast(device: str, kind: str) -> contextlib.AbstractContextManager[Any]:
+    if kind == "bf16":
+        import torch
+
+        return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def _sampling_key(r: ChatRequest) -> tuple[Any, ...]:

@@ -6,9 +6,10 @@ The student just trained is decoded greedily on the current data; what it alread
 with confidence is dropped, the rest drives the next round:
 
 1) the student: the checkpoint of the stage named in ``needs:`` (a transformers folder, e.g.
-   ``train_sft``'s artifact) played by :class:`~trajsynth.train.rollout.LocalPolicy` — the
-   code path of ``trajsynth eval`` — or, with ``role:``, an LLM role (an endpoint, the
-   simulator, a scripted backend) asked with ``logprobs`` and the task as metadata;
+   ``train_sft``'s artifact) played through ``ctx.use_checkpoint`` (the local backend,
+   token in / token out, as ``trajsynth eval`` plays it) — or, with ``role:``, an LLM role
+   (an endpoint, the simulator, a scripted backend) sent the task as metadata; either is
+   asked for ``logprobs``;
 2) greedy decoding (temperature 0) of every row's task with
    :func:`trajsynth.train.eval.evaluate` (episodes against the real environments, scored by
    the shared verifiers);
@@ -49,8 +50,8 @@ from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
 from ..envs.verifiers import exact_multiset_reward
 from ..train.eval import evaluate, gold_steps, predicted_steps
-from ..train.modeling import load_student, resolve_device
-from ..train.rollout import LocalPolicy, RolloutConfig, Turn
+from ..train.modeling import resolve_device
+from ..train.rollout import ChatPlayer, RolloutConfig
 from ..train.synth import env_maker
 from .common.looptool import calls_json
 from .common.policies import sim_task
@@ -58,7 +59,7 @@ from .context import Context
 from .kinds import Emit, GlobalStage, Output, StageConfig
 from .registry import register
 
-__all__ = ["GCP", "GCPConfig", "RolePolicy"]
+__all__ = ["GCP", "GCPConfig"]
 
 
 class GCPConfig(StageConfig):
@@ -116,35 +117,6 @@ def _first_mismatch(row: Trajectory, messages: Sequence[Message]) -> dict[str, A
     }
 
 
-class RolePolicy:
-    """Step 1 with ``role:``: an LLM role as the evaluated policy, asked for log-probabilities
-    (kept per episode) and sent the task as metadata (what the simulator reads)."""
-
-    token_level = False
-
-    def __init__(self, ctx: Context, role: str) -> None:
-        self.client = ctx.llm(role)
-        self.role = role
-        self.logprobs: dict[str, list[float]] = defaultdict(list)
-
-    async def act(self, episode: Any, cfg: Any, seed: int) -> Any:
-        gt = GroundTruth.from_json(episode.row.ground_truth)
-        result = await self.client.chat(
-            episode.messages,
-            episode.row.tools or None,
-            temperature=cfg.temperature,
-            seed=seed,
-            max_tokens=cfg.max_new_tokens,
-            logprobs=True,
-            metadata={"role": self.role, "ground_truth": sim_task(gt)} if gt else None,
-        )
-        if not result.ok:
-            raise RuntimeError(result.error or "the endpoint returned no choice")
-        choice = result.choices[0]
-        self.logprobs[episode.row.id].extend(t.logprob for t in choice.logprobs or [])
-        return Turn(choice.message, None, choice.finish_reason != "length", choice.format_errors)
-
-
 # --------------------------------------------------------------------------------------
 # the stage
 # --------------------------------------------------------------------------------------
@@ -158,10 +130,16 @@ class GCP(GlobalStage[GCPConfig]):
     outputs = ("main", "failed", "hard", "easy", "episodes")
     writes = ("success", "reward", "reward_components")
 
-    def _policy(self, ctx: Context) -> Any:
+    def _player(self, ctx: Context) -> Any:
         cfg = self.config
         if cfg.role is not None:
-            return RolePolicy(ctx, cfg.role), cfg.role
+            role = cfg.role
+
+            def metadata(row: Trajectory) -> dict[str, Any] | None:
+                gt = GroundTruth.from_json(row.ground_truth)
+                return {"role": role, "ground_truth": sim_task(gt)} if gt else None
+
+            return ChatPlayer(ctx.llm(role), logprobs=True, metadata=metadata), role
         needed = ctx.needed_artifacts()
         if not needed:
             raise ConfigError(
@@ -169,9 +147,9 @@ class GCP(GlobalStage[GCPConfig]):
                 "(its checkpoint) or `with: {role: ...}`"
             )
         folder: Path = needed[-1]
-        device = resolve_device(cfg.device)
-        model, tokenizer = load_student(folder, device)
-        return LocalPolicy(model, tokenizer, device=device), str(folder.name)
+        local = {"device": resolve_device(cfg.device), "batch_size": cfg.batch_size}
+        client = ctx.use_checkpoint("student", folder, local=local)
+        return ChatPlayer(client, tokens=True, logprobs=True), str(folder.name)
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         cfg = self.config
@@ -179,7 +157,7 @@ class GCP(GlobalStage[GCPConfig]):
         if not rows:
             return
         # 1) the student; 2) greedy decoding through the eval code path
-        policy, generator = self._policy(ctx)
+        player, generator = self._player(ctx)
         rcfg = RolloutConfig(
             temperature=0.0,
             max_steps=cfg.max_steps,
@@ -187,16 +165,11 @@ class GCP(GlobalStage[GCPConfig]):
             max_len=cfg.max_len,
             batch_size=cfg.batch_size,
         )
-        report = evaluate(rows, policy, env_maker(), rcfg, seed=ctx.seed)
+        report = evaluate(rows, player, env_maker(), rcfg, seed=ctx.seed)
         # 3) mean log-prob and perplexity; 4) mastered vs failed
         records = []
         for row, ep in zip(rows, report.episodes, strict=True):
             scores = dict(ep["scores"])
-            if isinstance(policy, RolePolicy):
-                lps = policy.logprobs.get(row.id, [])
-                if lps:
-                    scores["mean_logprob"] = sum(lps) / len(lps)
-                    scores["perplexity"] = math.exp(-scores["mean_logprob"])
             messages = [Message.model_validate(m) for m in ep["messages"]]
             mastered = scores.get("exact_match", 0.0) == 1.0
             records.append((row, messages, scores, mastered))

@@ -21,9 +21,11 @@ Scoring one episode (:func:`score_episode`) against its task's ground truth:
    equals the gold's, text where the gold is text, as many steps), arguments aside: the skill
    a student learns before it can copy values.
 
-:func:`evaluate` rolls the policy out (greedy by default) on every task and aggregates the
-scores overall and per capability tag; for a local model it adds each episode's mean
-log-probability of its generated tokens and the perplexity, which GCP ranks samples by.
+:func:`evaluate` rolls a player out (greedy by default, :mod:`.rollout`: the runner and the
+gold user generation uses) on every task and aggregates the scores overall and per
+capability tag; when the player asks for log-probabilities (a local checkpoint, or a role
+that reports them) it adds each episode's mean log-probability of its generated tokens and
+the perplexity, which GCP ranks samples by.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from pydantic import BaseModel, Field
 
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GroundTruth
-from .rollout import Episode, Policy, RolloutConfig, run_rollouts
+from .rollout import Player, Rollout, RolloutConfig, run_rollouts
 
 __all__ = [
     "METRICS",
@@ -159,7 +161,7 @@ class RewardConfig(BaseModel):
 
 
 def episode_reward(
-    ep: Episode, scores: dict[str, float], cfg: RewardConfig, max_turns: int
+    ep: Rollout, scores: dict[str, float], cfg: RewardConfig, max_turns: int
 ) -> float:
     """R = R_task − λ_eff · turns / max_turns − λ_format · 1(format error)."""
     if cfg.kind == "state_match":
@@ -194,28 +196,9 @@ def _aggregate(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: _mean(rows, k) for k in keys if any(k in r for r in rows)}
 
 
-def _generated_logprobs(policy: Any, episodes: list[Episode]) -> None:
-    """Mean log-probability of each episode's generated tokens under the policy's model."""
-    import torch
-
-    from .modeling import selected_logprobs
-
-    model = policy.model
-    for ep in episodes:
-        if not any(ep.mask):
-            continue
-        ids = torch.tensor([ep.token_ids], device=policy.device)
-        mask = torch.tensor([ep.mask], device=policy.device)
-        with torch.no_grad():
-            lp = selected_logprobs(model, ids, None, mask)
-        mean = float(lp.mean()) if lp.numel() else 0.0
-        ep.scores["mean_logprob"] = mean
-        ep.scores["perplexity"] = math.exp(-mean)
-
-
 def evaluate(
     rows: Sequence[Trajectory],
-    policy: Policy,
+    player: Player,
     make_env: Callable[[Trajectory], Any],
     cfg: RolloutConfig | None = None,
     *,
@@ -223,20 +206,23 @@ def evaluate(
     keep_episodes: bool = True,
     logprobs: bool = True,
 ) -> EvalReport:
-    """Roll ``policy`` out once on every task (greedy unless ``cfg`` says otherwise) and score
-    each episode (module docstring)."""
+    """Roll ``player`` out once on every task (greedy unless ``cfg`` says otherwise) and score
+    each episode (module docstring); ``logprobs``: report the mean log-probability and the
+    perplexity of the episodes whose generated tokens came with them."""
     import time
 
     cfg = cfg or RolloutConfig(temperature=0.0)
     t0 = time.perf_counter()
-    episodes = run_rollouts(rows, policy, make_env, cfg, samples=1, seed=seed)
+    episodes = run_rollouts(rows, player, make_env, cfg, samples=1, seed=seed)
     for ep in episodes:
         ep.scores.update(score_episode(ep.row, ep.messages, make_env))
         ep.scores["steps"] = float(ep.steps)
         ep.scores["format_errors"] = float(len(ep.format_errors))
         ep.success = bool(ep.scores["call_match"])
-    if logprobs and getattr(policy, "token_level", False):
-        _generated_logprobs(policy, episodes)
+        if logprobs and ep.logprobs:
+            mean = sum(ep.logprobs) / len(ep.logprobs)
+            ep.scores["mean_logprob"] = mean
+            ep.scores["perplexity"] = math.exp(-mean)
     per_cap: dict[str, list[dict[str, float]]] = defaultdict(list)
     per_domain: dict[str, list[dict[str, float]]] = defaultdict(list)
     for ep in episodes:

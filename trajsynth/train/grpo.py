@@ -9,7 +9,9 @@ Each iteration:
 
 1) take the next ``tasks_per_step`` task rows (a seeded shuffle of all tasks, epoch after
    epoch) and play ``group_size`` (G) episodes of each against the real environments,
-   concurrently, sampling at ``rollout.temperature`` (:mod:`.rollout`; token ids as generated);
+   concurrently, sampling at ``rollout.temperature`` (:mod:`.rollout`: the model being
+   trained is played through :class:`~trajsynth.llm.local.LocalBackend`, token in / token
+   out, token ids as generated);
 2) score every episode with the shared verifiers (:mod:`.eval`): by default LoopTool's binary
    exact-match reward; the efficiency and format terms of the reference reward are configurable
    (:class:`~trajsynth.train.eval.RewardConfig`). The reward is given at the last step
@@ -56,7 +58,7 @@ from .eval import RewardConfig, episode_reward, score_episode
 from .losses import aggregate, clipped_surrogate, kl_k3
 from .modeling import autocast, load_student, resolve_device, resolve_dtype, selected_logprobs
 from .progress import NullProgress, Progress
-from .rollout import Episode, LocalPolicy, RolloutConfig, run_rollouts
+from .rollout import ChatPlayer, Rollout, RolloutConfig, run_rollouts
 
 __all__ = ["GRPOConfig", "GRPOResult", "train_grpo"]
 
@@ -126,16 +128,16 @@ class GRPOResult(BaseModel):
 
 
 def score_and_advantages(
-    episodes: list[Episode],
+    episodes: list[Rollout],
     make_env: Callable[[Trajectory], Any],
     cfg: GRPOConfig,
     stats: AdvantageStats,
     reward_fn: RewardFn | None = None,
-) -> list[tuple[Episode, list[float]]]:
+) -> list[tuple[Rollout, list[float]]]:
     """Steps 2-3: (episode, advantage per assistant turn) for every episode of a group with
     signal. ``reward_fn`` (e.g. an arena package's own reward) replaces the verifiers' score
     as the task reward; the efficiency and format terms still apply."""
-    groups: dict[str, list[Episode]] = defaultdict(list)
+    groups: dict[str, list[Rollout]] = defaultdict(list)
     for ep in episodes:
         if reward_fn is not None:
             task_reward = float(reward_fn(ep.row, ep.messages))
@@ -156,7 +158,7 @@ def score_and_advantages(
             ep.success = scores[kind]
         ep.step_rewards = [0.0] * max(0, ep.steps - 1) + [ep.reward] if ep.steps else []
         groups[ep.row.id].append(ep)
-    kept: list[tuple[Episode, list[float]]] = []
+    kept: list[tuple[Rollout, list[float]]] = []
     for group in groups.values():
         rewards = [ep.reward for ep in group]
         if cfg.advantage == "grpo":
@@ -182,7 +184,7 @@ def score_and_advantages(
 
 
 def _token_batch(
-    items: Sequence[tuple[Episode, list[float]]], pad_id: int, device: str
+    items: Sequence[tuple[Rollout, list[float]]], pad_id: int, device: str
 ) -> dict[str, Any]:
     """Step 4: right-padded (B, T) ids, loss mask and per-token advantages."""
     import torch
@@ -264,7 +266,17 @@ def train_grpo(
         first = int(state["step"])
         history = list(state.get("history", []))
         progress.note(f"resuming from iteration {first} of {cfg.iterations}")
-    policy = LocalPolicy(model, tokenizer, device=device, precision=precision)
+    from ..llm.local import LocalBackend
+
+    backend = LocalBackend.from_model(
+        model,
+        tokenizer,
+        device=device,
+        autocast="bf16" if precision == "bf16" else "none",
+        batch_size=cfg.rollout.batch_size,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+    )
+    player = ChatPlayer.local(backend)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     # 1) the task stream: a seeded shuffle per epoch
@@ -283,7 +295,7 @@ def train_grpo(
         rows = task_batch(it)
         model.eval()
         episodes = run_rollouts(
-            rows, policy, make_env, cfg.rollout, samples=cfg.group_size, seed=cfg.seed + it
+            rows, player, make_env, cfg.rollout, samples=cfg.group_size, seed=cfg.seed + it
         )
         t_rollout = time.perf_counter() - t0
         # 2-3) rewards and advantages

@@ -1,34 +1,39 @@
-"""Multi-turn rollouts of a policy against the environments, token in / token out.
+"""Rollouts for training and evaluation: many task rows played through the one episode runner
+(:mod:`trajsynth.envs.episode`), concurrently.
 
-One episode, for a task row (its ``ground_truth``, ``tools`` and ``domain``):
+A *player* makes the policy of each episode: :class:`ChatPlayer` asks a model through the
+llm layer (a local checkpoint, :class:`~trajsynth.llm.local.LocalBackend`, which is how
+trajsynth plays every checkpoint; an endpoint; the simulator), :class:`ReplayPlayer` plays
+recorded assistant messages back (gold trajectories scored by the same code as models).
 
-1) a fresh environment of the row's domain, reset to the task (seed, initial state); the first
-   user request is the prompt;
-2) the policy writes one assistant turn. :class:`LocalPolicy` generates token ids with a
-   transformers model; requests of every episode waiting at that moment are generated as one
-   batch in a worker thread, and the ids are kept exactly as generated (never re-tokenized:
-   re-tokenizing text is a known cause of RL runs that do not converge). The text is read by
-   the shared parser (:func:`trajsynth.llm.parsing.parse_output`: Hermes ``<tool_call>`` blocks
-   and the other formats), whose format errors are recorded. :class:`ClientPolicy` asks a
-   model behind an OpenAI-compatible endpoint through the llm client (no token ids);
-3) calls go to ``env.step`` in a worker thread, so one episode's tools run while the others
-   generate; the tool messages are the environment's own formatting, and their tokens plus the
-   next generation prompt are appended with loss mask 0 (the model never learns to write tool
-   output);
-4) a text turn goes to the scripted user: the clarification of a ``clarify`` turn, the next
-   turn's request, or the end of the episode;
-5) the episode also ends after ``max_steps`` assistant turns, when the sequence reaches
-   ``max_len`` tokens, or when a turn hits ``max_new_tokens`` without closing.
+For every task row and sample (:func:`rollout`):
 
-An :class:`Episode` keeps the messages, the token ids, the loss mask (1 = generated), the
-assistant turn each generated token belongs to, the environment's state hash before each turn
-(GiGPO's anchor) and the format errors; :mod:`.eval` scores it.
+1) a fresh environment of the row's domain (``make_env(row)``), the task from the row's
+   ground truth; the gold user (:class:`~trajsynth.envs.episode.GoldUser`) opens with the
+   first request, answers a ``clarify`` turn's question, nudges on a needless one and gives
+   the next turn's request after an answer, exactly as in generation;
+2) the player's policy writes each assistant message. A player on a local checkpoint plays
+   token in / token out (``tokens=True``): the runner keeps the ids the model generated and
+   appends only the tokens of the tool results, user replies and generation prompts
+   (rendered with the training chat template, :mod:`.template`), never re-tokenizing what
+   the model wrote (re-tokenized text is a known cause of RL runs that do not converge);
+   the sequence is capped at ``max_len`` tokens;
+3) the episode ends as the runner ends it (a final answer the user does not follow,
+   ``max_steps`` assistant messages, a terminal tool, a generation cut at
+   ``max_new_tokens``, the token cap);
+4) the result is a :class:`Rollout`: the messages, the token ids with their loss mask
+   (1 = generated) and the assistant step of each generated token, the environment's state
+   hash before each step (GiGPO's anchor), the parser's format errors, the generated
+   tokens' log-probabilities when the player asks for them, and the scores :mod:`.eval`
+   fills in. An episode that raises is recorded with its error; the environment is closed.
+
+:func:`run_rollouts` does this from synchronous code and closes the HTTP connections the
+clients opened on its event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -36,19 +41,27 @@ from typing import Any, Protocol
 from pydantic import Field
 
 from ..core.config import StrictModel
+from ..core.errors import ConfigError
 from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
-from .template import continuation_ids, hf_messages
+from ..envs.episode import (
+    Episode,
+    EpisodeLimits,
+    EpisodeResult,
+    Policy,
+    PolicyStep,
+    TokenRenderer,
+    play,
+)
 
 __all__ = [
-    "ClientPolicy",
-    "Episode",
-    "LocalPolicy",
-    "Policy",
-    "ReplayPolicy",
+    "ChatPlayer",
+    "Player",
+    "ReplayPlayer",
+    "Rollout",
     "RolloutConfig",
-    "Turn",
+    "TemplateRenderer",
     "rollout",
     "run_rollouts",
 ]
@@ -67,37 +80,49 @@ class RolloutConfig(StrictModel):
 
 
 @dataclass
-class Turn:
-    """What a policy wrote for one assistant turn."""
-
-    message: Message
-    token_ids: list[int] | None = None  # as generated (ends with the end-of-turn token)
-    closed: bool = True  # False: cut at max_new_tokens
-    format_errors: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Episode:
-    """One rollout (module docstring); scores are filled in by :mod:`.eval`."""
+class Rollout:
+    """One episode of a task row (module docstring, step 4)."""
 
     row: Trajectory
     sample: int = 0
     messages: list[Message] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)  # 1 = generated by the policy
-    step_of_token: list[int] = field(default_factory=list)  # assistant turn, -1 otherwise
-    step_states: list[str] = field(default_factory=list)  # state hash before each turn
-    step_format_errors: list[int] = field(default_factory=list)
-    format_errors: list[str] = field(default_factory=list)
+    step_of_token: list[int] = field(default_factory=list)  # assistant step, -1 otherwise
+    step_states: list[str] = field(default_factory=list)  # state hash before each step
+    format_errors: list[str] = field(default_factory=list)  # what the parser could not read
+    logprobs: list[float] = field(default_factory=list)  # of the generated tokens, if asked
     truncated: bool = False
+    end: str = ""
     error: str | None = None
-    gen_seconds: float = 0.0
-    tool_seconds: float = 0.0
     # scores
     reward: float = 0.0
     step_rewards: list[float] = field(default_factory=list)
     success: bool = False
     scores: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, row: Trajectory, sample: int, result: EpisodeResult, error: str | None = None
+    ) -> Rollout:
+        messages = result.messages
+        cut = result.end == "length" or (
+            result.end == "max_steps" and bool(messages) and messages[-1].role != "assistant"
+        )
+        return cls(
+            row=row,
+            sample=sample,
+            messages=list(messages),
+            token_ids=result.token_ids,
+            mask=result.mask,
+            step_of_token=result.step_of_token,
+            step_states=[i["state_hash_before"] for i in result.step_info],
+            format_errors=[e for i in result.step_info for e in i.get("parse_errors", [])],
+            logprobs=[lp for t in result.token_steps for lp in (t.logprobs or [])],
+            truncated=cut,
+            end=result.end,
+            error=error,
+        )
 
     @property
     def steps(self) -> int:
@@ -106,9 +131,6 @@ class Episode:
     @property
     def calls(self) -> int:
         return sum(len(m.tool_calls) for m in self.messages if m.role == "assistant")
-
-    def _message_dump(self) -> list[dict[str, Any]]:
-        return [m.model_dump() for m in self.messages]
 
     def to_trajectory(self, *, method: str = "rollout", generator: str = "") -> Trajectory:
         """The episode as a trajectory row (scores in the outcome columns)."""
@@ -132,168 +154,128 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-class Policy(Protocol):
-    """Writes one assistant turn of an episode. ``token_level``: whether it keeps token ids
-    (required for training)."""
-
-    token_level: bool
-
-    async def act(self, episode: Episode, cfg: RolloutConfig, seed: int) -> Turn: ...
-
-
 # --------------------------------------------------------------------------------------
-# local model: batched generation, token ids kept
+# players
 # --------------------------------------------------------------------------------------
 
 
-class LocalPolicy:
-    """A transformers model generating in a worker thread; concurrent requests are batched."""
+class Player(Protocol):
+    """Makes the policy of one episode; ``renderer`` set: the episodes record tokens."""
 
-    token_level = True
+    renderer: TokenRenderer | None
+
+    def policy(self, row: Trajectory, seed: int, cfg: RolloutConfig) -> Policy: ...
+
+
+class TemplateRenderer:
+    """A tokenizer's chat template as the runner's :class:`TokenRenderer`, rendering
+    messages the way SFT renders them (:func:`.template.hf_messages`)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def prompt_ids(self, messages: Sequence[Message], tools: list[dict[str, Any]]) -> list[int]:
+        from .template import hf_messages
+
+        return list(
+            self.tokenizer.apply_chat_template(
+                hf_messages(messages),
+                tools=tools or None,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+            )
+        )
+
+    def continuation_ids(
+        self, history: Sequence[Message], new: Sequence[Message], tools: list[dict[str, Any]]
+    ) -> list[int]:
+        from .template import continuation_ids, hf_messages
+
+        return continuation_ids(self.tokenizer, hf_messages(history), hf_messages(new), tools)
+
+
+class ChatPlayer:
+    """A model asked through the llm layer: any object with the llm client's
+    ``chat(messages, tools, *, temperature, top_p, seed, max_tokens, logprobs, metadata)``
+    coroutine. ``tokens``: play token in / token out (the client's backend must be
+    :class:`~trajsynth.llm.local.LocalBackend`); ``logprobs``: ask for the generated tokens'
+    log-probabilities; ``metadata(row)``: request metadata (what the simulator reads). Each
+    message is sampled with the seed ``seed + 7919 · step``."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, *, device: str = "cpu", precision: str = "fp32"
+        self,
+        client: Any,
+        *,
+        tokens: bool = False,
+        logprobs: bool = False,
+        metadata: Callable[[Trajectory], dict[str, Any] | None] | None = None,
     ) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.device = device
-        self.precision = precision
-        ids = {tokenizer.eos_token_id}
-        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        ids |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos else [])
-        self.stop_ids = sorted(i for i in ids if i is not None)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self._pending: list[tuple[list[int], float, int, asyncio.Future[list[int]]]] = []
-        self._drainer: asyncio.Task[None] | None = None
-        self.batches = 0  # generate() calls, for tests and logs
-        self.generated_tokens = 0
-
-    async def act(self, episode: Episode, cfg: RolloutConfig, seed: int) -> Turn:
-        from ..llm.parsing import parse_output
-
-        ids = await self._submit(episode.token_ids, cfg, seed)
-        closed = bool(ids) and ids[-1] in self.stop_ids
-        text = self.tokenizer.decode(ids[:-1] if closed else ids, skip_special_tokens=False)
-        parsed = parse_output(text)
-        message = Message(
-            role="assistant",
-            content=parsed.content,
-            tool_calls=parsed.calls,
-            reasoning=parsed.reasoning,
-        )
-        return Turn(message, ids, closed, list(parsed.errors))
-
-    async def _submit(self, ids: list[int], cfg: RolloutConfig, seed: int) -> list[int]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[int]] = loop.create_future()
-        self._pending.append((ids, cfg.temperature, seed, fut))
-        if self._drainer is None or self._drainer.done():
-            self._drainer = loop.create_task(self._drain(cfg))
-        return await fut
-
-    async def _drain(self, cfg: RolloutConfig) -> None:
-        while self._pending:
-            for _ in range(3):  # let every episode that is ready queue its request
-                await asyncio.sleep(0)
-            temperature = self._pending[0][1]
-            group = [p for p in self._pending if p[1] == temperature][: cfg.batch_size]
-            self._pending = [p for p in self._pending if not any(p is g for g in group)]
-            try:
-                outs = await asyncio.to_thread(
-                    self.generate, [g[0] for g in group], cfg, temperature, group[0][2]
-                )
-            except Exception as exc:
-                for *_, fut in group:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for (*_, fut), out in zip(group, outs, strict=True):
-                if not fut.done():
-                    fut.set_result(out)
-
-    def generate(
-        self, prompts: Sequence[list[int]], cfg: RolloutConfig, temperature: float, seed: int
-    ) -> list[list[int]]:
-        """Generate one turn for each prompt (left-padded batch); ids up to and including the
-        first end-of-turn token."""
-        import torch
-        from transformers import GenerationConfig
-
-        from .modeling import autocast
-
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # (B, T)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, T)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p)
-            attention[i, width - len(p) :] = 1
-        sample = temperature > 0
-        gen_cfg = GenerationConfig(
-            max_new_tokens=cfg.max_new_tokens,
-            do_sample=sample,
-            temperature=temperature if sample else None,
-            top_p=cfg.top_p if sample else None,
-            top_k=None,
-            eos_token_id=self.stop_ids,
-            pad_token_id=self.pad_id,
-        )
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            torch.manual_seed(seed)
-            with torch.no_grad(), autocast(self.device, self.precision):
-                out = self.model.generate(
-                    input_ids=input_ids.to(self.device),
-                    attention_mask=attention.to(self.device),
-                    generation_config=gen_cfg,
-                )
-        finally:
-            self.model.train(was_training)
-        self.batches += 1
-        results = []
-        stops = set(self.stop_ids)
-        for row in out[:, width:].tolist():
-            end = next((k for k, t in enumerate(row) if t in stops), None)
-            ids = row if end is None else row[: end + 1]
-            self.generated_tokens += len(ids)
-            results.append(ids)
-        return results
-
-
-# --------------------------------------------------------------------------------------
-# a model behind an OpenAI-compatible endpoint
-# --------------------------------------------------------------------------------------
-
-
-class ClientPolicy:
-    """Any object with the llm client's ``chat(messages, tools, *, temperature, seed,
-    max_tokens)`` coroutine (``trajsynth.llm``): a teacher or a served student."""
-
-    token_level = False
-
-    def __init__(self, client: Any) -> None:
         self.client = client
+        self.logprobs = logprobs
+        self.metadata = metadata
+        self.renderer: TokenRenderer | None = None
+        if tokens:
+            from ..llm.local import LocalBackend
 
-    async def act(self, episode: Episode, cfg: RolloutConfig, seed: int) -> Turn:
-        result = await self.client.chat(
-            episode.messages,
-            episode.row.tools or None,
-            temperature=cfg.temperature,
-            seed=seed,
-            max_tokens=cfg.max_new_tokens,
+            backend = getattr(client, "backend", None)
+            if not isinstance(backend, LocalBackend):
+                raise ConfigError("token ids are recorded for a local checkpoint only")
+            self.renderer = TemplateRenderer(backend.tokenizer)
+
+    @classmethod
+    def local(cls, backend: Any, *, tokens: bool = True, logprobs: bool = False) -> ChatPlayer:
+        """A player over a :class:`~trajsynth.llm.local.LocalBackend` (no response cache)."""
+        from ..llm.client import LLMClient
+
+        return cls(
+            LLMClient("student", backend.config, backend, None), tokens=tokens, logprobs=logprobs
         )
-        if not result.ok:
-            raise RuntimeError(result.error or "the endpoint returned no choice")
-        choice = result.choices[0]
-        return Turn(choice.message, None, choice.finish_reason != "length", choice.format_errors)
+
+    def policy(self, row: Trajectory, seed: int, cfg: RolloutConfig) -> Policy:
+        metadata = self.metadata(row) if self.metadata is not None else None
+
+        async def act(
+            messages: Sequence[Message],
+            tools: list[dict[str, Any]],
+            prompt_ids: list[int] | None = None,
+        ) -> PolicyStep:
+            step = sum(m.role == "assistant" for m in messages)
+            extra: dict[str, Any] = {}
+            if prompt_ids is not None:
+                extra["prompt_token_ids"] = prompt_ids
+            if cfg.top_p < 1.0:
+                extra["top_p"] = cfg.top_p
+            result = await self.client.chat(
+                messages,
+                tools or None,
+                temperature=cfg.temperature,
+                seed=seed + 7919 * step,
+                max_tokens=cfg.max_new_tokens,
+                logprobs=self.logprobs,
+                metadata=metadata,
+                **extra,
+            )
+            if not result.ok:
+                raise RuntimeError(result.error or "the endpoint returned no choice")
+            choice = result.choices[0]
+            lps = [t.logprob for t in choice.logprobs] if choice.logprobs else None
+            return PolicyStep(
+                message=choice.message,
+                format_errors=list(choice.format_errors),
+                closed=choice.finish_reason != "length",
+                token_ids=choice.token_ids,
+                token_logprobs=lps,
+            )
+
+        return act
 
 
-class ReplayPolicy:
-    """Plays back recorded assistant turns (e.g. gold trajectories), keyed by task row id, so
-    recorded trajectories are scored by the same code path as models; once the recording runs
-    out it answers with an empty text turn."""
+class ReplayPlayer:
+    """Plays back recorded assistant messages (e.g. gold trajectories), keyed by task row id;
+    once the recording runs out it answers with an empty text message."""
 
-    token_level = False
+    renderer: TokenRenderer | None = None
 
     def __init__(self, trajectories: Sequence[Trajectory], key: str = "task_id") -> None:
         self.turns = {
@@ -301,135 +283,60 @@ class ReplayPolicy:
         }
         self.key = key
 
-    async def act(self, episode: Episode, cfg: RolloutConfig, seed: int) -> Turn:
-        recorded = self.turns.get(getattr(episode.row, self.key), [])
-        k = episode.steps
-        message = recorded[k] if k < len(recorded) else Message(role="assistant", content="")
-        return Turn(message.model_copy(deep=True))
+    def policy(self, row: Trajectory, seed: int, cfg: RolloutConfig) -> Policy:
+        recorded = self.turns.get(getattr(row, self.key), [])
+
+        async def act(messages: Sequence[Message], tools: list[dict[str, Any]]) -> Message:
+            k = sum(m.role == "assistant" for m in messages)
+            message = recorded[k] if k < len(recorded) else Message(role="assistant", content="")
+            return message.model_copy(deep=True)
+
+        return act
 
 
 # --------------------------------------------------------------------------------------
-# the episode loop
+# many episodes
 # --------------------------------------------------------------------------------------
 
 
-class _ScriptedUser:
-    """Step 4: what the user says after a text turn (from the task's ground truth)."""
-
-    def __init__(self, gt: GroundTruth) -> None:
-        self.turns = gt.turns
-        self.index = 0
-        self.clarified = False
-
-    def reply(self) -> str | None:
-        if self.index >= len(self.turns):
-            return None
-        turn = self.turns[self.index]
-        if turn.kind == "clarify" and not self.clarified and turn.clarification:
-            self.clarified = True
-            return turn.clarification
-        self.index += 1
-        self.clarified = False
-        return self.turns[self.index].request if self.index < len(self.turns) else None
-
-
-async def _episode(
+async def _one(
     row: Trajectory,
     sample: int,
-    policy: Policy,
+    player: Player,
     make_env: Callable[[Trajectory], Any],
     cfg: RolloutConfig,
     seed: int,
-) -> Episode:
-    ep = Episode(row=row, sample=sample)
+) -> Rollout:
+    """Steps 1-4 for one episode."""
     gt = GroundTruth.from_json(row.ground_truth) or GroundTruth()
-    tools = row.tools or None
-    tok = getattr(policy, "tokenizer", None)
-    # 1) fresh environment, first request
+    limits = EpisodeLimits(
+        max_steps=cfg.max_steps,
+        max_steps_per_turn=cfg.max_steps,
+        max_tokens=cfg.max_len if player.renderer is not None else None,
+    )
     env = make_env(row)
+    ep = Episode(gt, env, tools=row.tools or [], limits=limits, renderer=player.renderer)
+    error = None
     try:
-        obs = await asyncio.to_thread(env.reset, gt)
-        ep.messages.append(Message(role="user", content=obs.text or row.goal))
-        if policy.token_level:
-            ep.token_ids = list(
-                tok.apply_chat_template(
-                    hf_messages(ep.messages),
-                    tools=tools,
-                    add_generation_prompt=True,
-                    tokenize=True,
-                    return_dict=False,
-                )
-            )
-            ep.mask = [0] * len(ep.token_ids)
-            ep.step_of_token = [-1] * len(ep.token_ids)
-        user = _ScriptedUser(gt)
-        for step in range(cfg.max_steps):
-            ep.step_states.append(env.state_hash())
-            # 2) one assistant turn
-            t0 = time.perf_counter()
-            turn = await policy.act(ep, cfg, seed=seed + 7919 * step)
-            ep.gen_seconds += time.perf_counter() - t0
-            ep.messages.append(turn.message)
-            ep.format_errors += turn.format_errors
-            ep.step_format_errors.append(len(turn.format_errors))
-            if turn.token_ids is not None:
-                room = cfg.max_len - len(ep.token_ids)
-                ids = turn.token_ids[: max(0, room)]
-                ep.token_ids += ids
-                ep.mask += [1] * len(ids)
-                ep.step_of_token += [step] * len(ids)
-                if len(ids) < len(turn.token_ids):
-                    ep.truncated = True
-            if not turn.closed or ep.truncated:
-                ep.truncated = True
-                break
-            # 3) calls → tool messages; 4) text → the scripted user
-            if turn.message.tool_calls:
-                t0 = time.perf_counter()
-                obs, done, info = await asyncio.to_thread(env.step, turn.message)
-                ep.tool_seconds += time.perf_counter() - t0
-                new = obs.to_messages(getattr(env, "max_observation_chars", None))
-                if info.get("truncated"):
-                    done = True
-            else:
-                text = user.reply()
-                if text is None:
-                    break
-                new, done = [Message(role="user", content=text)], False
-            if policy.token_level:
-                more = continuation_ids(tok, hf_messages(ep.messages), hf_messages(new), tools)
-                if len(ep.token_ids) + len(more) > cfg.max_len:
-                    ep.messages += new
-                    ep.truncated = True
-                    break
-                ep.token_ids += more
-                ep.mask += [0] * len(more)
-                ep.step_of_token += [-1] * len(more)
-            ep.messages += new
-            if done:
-                break
-        else:
-            ep.truncated = ep.truncated or bool(ep.messages[-1].role != "assistant")
+        await play(ep, player.policy(row, seed, cfg))
     except Exception as exc:  # an episode that breaks is recorded, not fatal to the batch
-        if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-            raise
-        ep.error = f"{type(exc).__name__}: {exc}"
+        error = f"{type(exc).__name__}: {exc}"
     finally:
         close = getattr(env, "close", None)
         if close is not None:
             close()
-    return ep
+    return Rollout.of(row, sample, ep.result(), error)
 
 
 async def rollout(
     rows: Sequence[Trajectory],
-    policy: Policy,
+    player: Player,
     make_env: Callable[[Trajectory], Any],
     cfg: RolloutConfig | None = None,
     *,
     samples: int = 1,
     seed: int = 0,
-) -> list[Episode]:
+) -> list[Rollout]:
     """``samples`` episodes of every row, all concurrently (at most ``cfg.concurrency`` in
     flight); results in (row, sample) order."""
     from ..core.ids import seed_from
@@ -437,31 +344,30 @@ async def rollout(
     cfg = cfg or RolloutConfig()
     gate = asyncio.Semaphore(cfg.concurrency)
 
-    async def one(row: Trajectory, k: int) -> Episode:
+    async def one(row: Trajectory, k: int) -> Rollout:
         async with gate:
-            return await _episode(
-                row, k, policy, make_env, cfg, seed_from("rollout", seed, row.id, k) % 2**31
-            )
+            s = seed_from("rollout", seed, row.id, k) % 2**31
+            return await _one(row, k, player, make_env, cfg, s)
 
     return list(await asyncio.gather(*(one(r, k) for r in rows for k in range(samples))))
 
 
 def run_rollouts(
     rows: Sequence[Trajectory],
-    policy: Policy,
+    player: Player,
     make_env: Callable[[Trajectory], Any],
     cfg: RolloutConfig | None = None,
     *,
     samples: int = 1,
     seed: int = 0,
-) -> list[Episode]:
+) -> list[Rollout]:
     """:func:`rollout` from synchronous code, in a loop of its own; the HTTP connections an
-    endpoint policy (e.g. :class:`ClientPolicy`) opened on that loop are closed with it."""
+    endpoint's client opened on that loop are closed with it."""
     from ..llm.client import aclose
 
-    async def main() -> list[Episode]:
+    async def main() -> list[Rollout]:
         try:
-            return await rollout(rows, policy, make_env, cfg, samples=samples, seed=seed)
+            return await rollout(rows, player, make_env, cfg, samples=samples, seed=seed)
         finally:
             await aclose()
 
