@@ -46,7 +46,7 @@ def assert_no_type_mismatch(g) -> int:
         )
         if "any" not in field.types and "any" not in ptypes:
             assert any(
-                s == t or (s, t) == ("integer", "number") for s in field.types for t in ptypes
+                s == t or {s, t} == {"integer", "number"} for s in field.types for t in ptypes
             )
         n += 1
     return n
