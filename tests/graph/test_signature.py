@@ -316,7 +316,9 @@ def test_an_untyped_result_feeds_only_what_it_names() -> None:
     assert g.successors("search_web") == ["use_search_result"]
 
 
-def test_big_toolsets_block_by_neighbours_and_shared_names(external_dir: Path) -> None:
+def test_big_toolsets_block_by_neighbours_and_shared_names(
+    external_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ts = import_tools(external_dir / "api-bank", "apibank")
     assert len(ts) > GraphConfig().candidates + 1  # candidates are blocked
     g = build_graph(ts, LEX)
@@ -324,5 +326,5 @@ def test_big_toolsets_block_by_neighbours_and_shared_names(external_dir: Path) -
     assert ("token", "token") in {
         (f.field, f.param) for f in g.feeds("GetUserToken", "ModifyPassword")
     }
-    small = GraphConfig(embedding_max_tools=10)
-    assert build_graph(ts, small).similarity == "lexical"  # auto above the embedding limit
+    monkeypatch.setattr(sig, "EMBEDDING_MAX_TOOLS", 10)
+    assert build_graph(ts, GraphConfig()).similarity == "lexical"  # auto above the limit

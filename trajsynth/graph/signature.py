@@ -35,7 +35,7 @@ can be passed as that argument. Built in networkx, in these steps:
    similarity of "field path + description" and "parameter + description" from the injected
    scorer: lexical (TF cosine of content words) or all-MiniLM-L6-v2 sentence embeddings
    (``trajsynth.core.embeddings``; ``auto`` uses them when the ``embed`` extra is installed
-   and the toolset has at most ``embedding_max_tools`` tools). Each distinct text is encoded
+   and the toolset has at most :data:`EMBEDDING_MAX_TOOLS` tools). Each distinct text is encoded
    once and only the candidate pairs are scored, so the cost is linear in the toolset.
    Pairs scoring at least ``threshold`` become ``feeds`` edges; for each (function,
    parameter) only the best field of each source function is kept;
@@ -117,6 +117,9 @@ _ID_WORD = re.compile(r"(^|_)(id|ids|uuid|key|token|code)$|Id$|ID$")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d+[A-Za-z]+\w*")
 UNTYPED = "any"
+#: ``auto`` similarity uses embeddings up to this many tools and lexical above (sentence
+#: embeddings of every field and parameter text take minutes on a few CPU cores)
+EMBEDDING_MAX_TOOLS = 500
 
 
 class GraphConfig(StrictModel):
@@ -126,19 +129,13 @@ class GraphConfig(StrictModel):
         "auto",
         description="Description similarity: lexical (content-word TF cosine), embedding "
         "(all-MiniLM-L6-v2 via trajsynth.core.embeddings, the `embed` extra), or auto "
-        "(embedding when installed, else lexical).",
+        "(embedding when installed and the toolset has at most 500 tools, else lexical).",
     )
     threshold: float | None = Field(
         None,
         ge=0,
         le=1,
         description="Lowest score of a feeds edge (default 0.5 lexical, 0.55 embedding).",
-    )
-    embedding_max_tools: int = Field(
-        500,
-        ge=0,
-        description="auto uses embeddings up to this many tools and lexical above (sentence "
-        "embeddings of every field and parameter text take minutes on a few CPU cores).",
     )
     candidates: int = Field(
         30,
@@ -288,7 +285,7 @@ def _scorer(config: GraphConfig, n_tools: int = 0) -> tuple[Similarity, str]:
     """The description scorer the config asks for, and its name ('lexical'/'embedding').
     Availability is checked without importing (sentence-transformers takes seconds)."""
     if config.similarity == "lexical" or (
-        config.similarity == "auto" and n_tools > config.embedding_max_tools
+        config.similarity == "auto" and n_tools > EMBEDDING_MAX_TOOLS
     ):
         return lexical_similarity, "lexical"
     from importlib.util import find_spec
