@@ -59,3 +59,42 @@ def test_user_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture)
     bad.write_text("{not json")
     assert run(["tools", "show", str(bad)]) == 2
     assert "not a JSON file" in capsys.readouterr().err
+
+
+def test_nothing_imported_is_an_error(
+    tmp_path: Path, external_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "t.json"
+    tau = external_dir / "tau-bench/airline/tools_openai.json"
+    assert run(["tools", "import", str(tau), "--format", "bfcl", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no tools imported" in err and "14 records read, 14 failed" in err
+    assert "14× not a BFCL record" in err and "Traceback" not in err and not out.exists()
+    answers = external_dir / "bfcl/possible_answer/BFCL_v4_simple_python.json"
+    assert run(["tools", "import", str(answers), "-f", "openai", "-o", str(out)]) == 2
+    assert "400 records read, 400 failed: 400× not a function" in capsys.readouterr().err
+    assert run(["tools", "graph", str(answers), "-f", "openai"]) == 2
+
+
+def test_strict_fails_on_any_dropped_spec(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    lines = [json.dumps({"name": f"t{i}", "parameters": {"type": "object"}}) for i in range(6)]
+    src = tmp_path / "tools.jsonl"
+    src.write_text("\n".join(lines)[:-10])
+    out = tmp_path / "t.json"
+    assert run(["tools", "import", str(src), "-f", "openai", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "5 tools from 6 records" in text and "1 failed" in text and "truncated" in text
+    out.unlink()
+    assert run(["tools", "import", str(src), "-f", "openai", "-o", str(out), "--strict"]) == 2
+    err = capsys.readouterr().err
+    assert "--strict: 1 of the specs" in err and "truncated" in err and not out.exists()
+
+
+def test_altered_specs_are_listed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    src = tmp_path / "tools.json"
+    src.write_text(json.dumps([{"name": "f", "parameters": {"type": "object", "required": ["a"]}}]))
+    out = tmp_path / "t.json"
+    assert run(["tools", "import", str(src), "-f", "openai", "-o", str(out), "--strict"]) == 0
+    text = capsys.readouterr().out
+    assert "1 altered" in text and "imported with a change" in text and "declared untyped" in text
+    assert Toolset.load(out).altered[0].name == "f"

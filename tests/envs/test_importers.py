@@ -305,3 +305,119 @@ def test_toolset_save_load_roundtrip(tmp_path: Path, external_dir: Path) -> None
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps(ts.to_openai()))
     assert Toolset.load(plain).names() == ts.names()
+
+
+def _write(path: Path, value: object) -> Path:
+    path.write_text(json.dumps(value))
+    return path
+
+
+def test_generic_reader_finds_parameters_under_the_usual_keys(tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    tools = [
+        {"name": "openai_bare", "description": "d", "parameters": schema},
+        {"name": "anthropic", "description": "d", "input_schema": schema},
+        {"name": "catalogue", "description": "d", "query_parameters": schema},
+        {"type": "function", "function": {"name": "wrapped", "parameters": schema}},
+        {"function": {"name": "nested_no_type", "inputSchema": schema}},
+    ]
+    ts = import_tools(_write(tmp_path / "t.json", tools), "openai")
+    assert ts.names() == [t.get("name", "") or t["function"]["name"] for t in tools]
+    assert all(t.required() == ["q"] for t in ts.tools)
+    assert (ts.failures, ts.altered) == ([], [])
+    # an MCP tools/list result, read through its `tools` list, with its output schema
+    mcp = {
+        "tools": [
+            {
+                "name": "add",
+                "description": "Add two numbers",
+                "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}}},
+                "outputSchema": {"type": "object", "properties": {"sum": {"type": "number"}}},
+            }
+        ]
+    }
+    ts = import_tools(_write(tmp_path / "mcp.json", mcp), "openai")
+    assert list(ts["add"].response_fields()) == ["sum"] and list(ts["add"].properties()) == ["a"]
+
+
+def test_altered_specs_are_reported(tmp_path: Path) -> None:
+    tools = [
+        {"name": "no_props", "parameters": {"type": "object", "required": ["a"]}},
+        {"name": "no_type", "parameters": {"properties": {"x": {"type": "integer"}}}},
+        {"name": "stray", "description": "", "args": {"type": "object", "properties": {}}},
+        {"name": "fine", "description": "", "parameters": {"type": "object", "properties": {}}},
+    ]
+    ts = import_tools(_write(tmp_path / "t.json", tools), "openai")
+    assert len(ts) == 4 and ts.failures == []
+    reasons = {a.name: a.reason for a in ts.altered}
+    assert set(reasons) == {"no_props", "no_type", "stray"}
+    assert "required 'a' not declared in properties; declared untyped" in reasons["no_props"]
+    assert ts["no_props"].properties() == {"a": {}} and ts["no_props"].required() == ["a"]
+    assert "no 'type'" in reasons["no_type"] and ts["no_type"].parameters["type"] == "object"
+    assert "'args' looks like one" in reasons["stray"]
+    # other importers go through the same check (BFCL's own data has one such spec)
+    bfcl = {
+        "id": "x",
+        "question": [],
+        "function": [
+            {
+                "name": "f",
+                "description": "",
+                "parameters": {
+                    "type": "dict",
+                    "properties": {"o": {"type": "dict", "required": ["k"]}},
+                },
+            }
+        ],
+    }
+    ts = import_tools(_write(tmp_path / "b.json", bfcl), "bfcl")
+    assert ts["f"].properties()["o"]["properties"] == {"k": {}}
+    assert [a.reason for a in ts.altered] == [
+        "parameters.o: required 'k' not declared in properties; declared untyped"
+    ]
+
+
+def test_truncated_and_unrecognised_records_are_failures(tmp_path: Path) -> None:
+    lines = [json.dumps({"name": f"t{i}", "parameters": {"type": "object"}}) for i in range(6)]
+    src = tmp_path / "tools.jsonl"
+    src.write_text("\n".join(lines)[:-10])
+    ts = import_tools(src, "openai")
+    assert len(ts) == 5 and ts.records == 6
+    assert [f.source for f in ts.failures] == ["tools.jsonl:6"]
+    assert "looks truncated" in ts.failures[0].reason
+    # JSON Lines under a .json name are read as lines too
+    (tmp_path / "l.json").write_text("\n".join(lines))
+    assert len(import_tools(tmp_path / "l.json", "openai")) == 6
+    # records --format bfcl does not know are each listed
+    tau = [{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}]
+    ts = import_tools(_write(tmp_path / "tau.json", tau), "bfcl")
+    assert len(ts) == 0 and ts.records == 1
+    assert "not a BFCL record" in ts.failures[0].reason
+
+
+def test_generic_reader_on_real_files(external_dir: Path) -> None:
+    # ToolBench answer files keep the functions under answer_generation.function
+    ts = import_tools(external_dir / "stabletoolbench/data_example", "openai")
+    assert (len(ts), ts.failures, ts.altered) == (14, [], [])
+    assert sum(len(t.properties()) for t in ts.tools) > 0
+    # BFCL answer files hold no functions: every record is listed, none imported in silence
+    answers = external_dir / "bfcl/possible_answer/BFCL_v4_simple_python.json"
+    ts = import_tools(answers, "openai")
+    assert (len(ts), ts.records, len(ts.failures)) == (0, 400, 400)
+    assert "not a function" in ts.failures[0].reason
+
+
+def test_every_real_record_is_imported_or_listed(external_dir: Path) -> None:
+    ts = import_tools(external_dir / "bfcl/BFCL_v4_parallel.json", "bfcl")
+    assert (ts.records, len(ts.failures)) == (200, 0)
+    # parallel_29 requires population.{adults, children, singles} without declaring them
+    assert [(a.name, a.source) for a in ts.altered] == [
+        ("waste_calculation_calculate", "BFCL_v4_parallel.json:30#parallel_29")
+    ]
+    assert ts["waste_calculation_calculate"].properties()["population"]["properties"] == {
+        "adults": {},
+        "children": {},
+        "singles": {},
+    }
+    tau = import_tools(external_dir / "tau-bench/airline/tools_openai.json", "bfcl")
+    assert (len(tau), len(tau.failures)) == (0, 14)

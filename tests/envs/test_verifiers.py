@@ -23,6 +23,7 @@ from trajsynth.envs.verifiers import (
     final_state_match,
     match_call,
     match_parallel,
+    name_mode,
     required_outputs_present,
     verify_trajectory,
 )
@@ -254,6 +255,45 @@ def test_bfcl_real_possible_answers(external_dir: Path, category: str) -> None:
         assert not bfcl_check(bad, golds, e.tools, category), e.id
     known = sum(e.id in BFCL_DATA_ERRORS for e in entries)
     assert passed == len(entries) - known
+
+
+def test_bfcl_name_mode_follows_the_call_format() -> None:
+    gold = {"math.hypot": {"x": [4], "y": [5]}}
+    dotted = {"name": "math.hypot", "arguments": {"x": 4, "y": 5}}
+    under = {"name": "math_hypot", "arguments": {"x": 4, "y": 5}}
+    fc, prompt = name_mode("fc"), name_mode("prompt")
+    assert (fc, prompt) == ("underscore", "as_written")
+    assert match_call(under, gold, names=fc) and not match_call(dotted, gold, names=fc)
+    assert match_call(dotted, gold, names=prompt)
+    assert match_call(under, gold, names=prompt).category == "wrong_name"
+    # auto: a dotted name can only come from calls written as text
+    assert match_call(dotted, gold) and match_call(under, gold)
+    with pytest.raises(ValueError, match="unknown call format"):
+        name_mode("xml")
+
+
+def test_bfcl_name_modes_on_real_answers(external_dir: Path) -> None:
+    """Every simple_python/multiple/parallel entry whose gold function has a dotted name: the
+    dotted prediction passes as written and fails with the renaming; the renamed one the
+    reverse (GoldCall names are renamed; the written name comes from the tool's doc)."""
+    checked = 0
+    for category in ("simple_python", "multiple", "parallel"):
+        for e in read_entries(external_dir / f"bfcl/BFCL_v4_{category}.json"):
+            golds = e.gold[0] if e.gold else []
+            written = [e.tools[g.name].source_name for g in golds]
+            if e.id in BFCL_DATA_ERRORS or not all(written):
+                continue
+            under = [{"name": g.name, "arguments": g.arguments} for g in golds]
+            pairs = zip(written, golds, strict=True)
+            dotted = [{"name": w, "arguments": g.arguments} for w, g in pairs]
+            for calls, good, bad in ((under, "underscore", "as_written"),
+                                     (dotted, "as_written", "underscore")):  # fmt: skip
+                assert bfcl_check(calls, golds, e.tools, category, names=good), e.id
+                assert bfcl_check(calls, golds, e.tools, category).ok, e.id
+                res = bfcl_check(calls, golds, e.tools, category, names=bad)
+                assert not res and res.category in ("wrong_name", "no_match"), e.id
+            checked += 1
+    assert checked > 50
 
 
 # --------------------------------------------------------------------------------------

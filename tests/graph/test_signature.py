@@ -46,7 +46,7 @@ def assert_no_type_mismatch(g) -> int:
         )
         if "any" not in field.types and "any" not in ptypes:
             assert any(
-                s == t or (s, t) == ("integer", "number") for s in field.types for t in ptypes
+                s == t or {s, t} == {"integer", "number"} for s in field.types for t in ptypes
             )
         n += 1
     return n
@@ -256,3 +256,75 @@ def test_empty_and_tiny_toolsets() -> None:
     )
     s = build_graph(one, LEX).stats()
     assert (s["functions"], s["dependent_pairs"], s["components"]) == (1, 0, 1)
+
+
+def _fn(name: str, params: dict, response: dict | None = None, required: list | None = None):
+    from trajsynth.envs.spec import ToolSpec
+
+    return ToolSpec(
+        name=name,
+        description=name.replace("_", " "),
+        parameters={"type": "object", "properties": params, "required": required or list(params)},
+        response=response,
+    )
+
+
+def _obj(**props: str) -> dict:
+    return {"type": "object", "properties": {k: {"type": v} for k, v in props.items()}}
+
+
+def test_ids_come_from_evidence_not_suffixes() -> None:
+    ts = Toolset(
+        name="t",
+        tools=[
+            _fn("get_philanthropy_code", {"topic": {"type": "string"}}, _obj(code="string")),
+            _fn("minify_css", {"css_code": {"type": "string", "description": "CSS code ID"}}),
+            _fn("find_user", {"email": {"type": "string"}}, _obj(user_id="string")),
+            _fn("get_user", {"user_id": {"type": "string"}}, _obj(name="string")),
+            _fn("find_order_id_by_number", {"number": {"type": "integer"}}),
+            _fn("get_order", {"order_id": {"type": "string"}}),
+        ],
+    )
+    g = build_graph(ts, LEX)
+    # a suffix (code) or "ID" in a description makes no id: no other tool returns css_code
+    assert not g.prerequisites("minify_css")
+    assert all(not f.id_like for f in g.feeds_into("minify_css"))
+    # a name another tool returns, with its type, does (also an undescribed result whose
+    # tool name says it returns the id)
+    assert g.prerequisites("get_user") == {"user_id": ["find_user"]}
+    assert g.prerequisites("get_order") == {"order_id": ["find_order_id_by_number"]}
+
+
+def test_number_and_integer_feed_each_other() -> None:
+    ts = Toolset(
+        name="t",
+        tools=[
+            _fn("get_price", {"item": {"type": "string"}}, _obj(price="number")),
+            _fn("pay", {"price": {"type": "integer"}}),
+        ],
+    )
+    assert [(f.field, f.param) for f in build_graph(ts, LEX).feeds("get_price", "pay")] == [
+        ("price", "price")
+    ]
+
+
+def test_an_untyped_result_feeds_only_what_it_names() -> None:
+    tools = [_fn("search_web", {"query": {"type": "string"}})]
+    kinds = {"city": "string", "count": "integer", "flag": "boolean", "search_result": "string"}
+    tools += [_fn(f"use_{w}", {w: {"type": t}}) for w, t in kinds.items()]
+    g = build_graph(Toolset(name="t", tools=tools), LEX)
+    assert g.successors("search_web") == ["use_search_result"]
+
+
+def test_big_toolsets_block_by_neighbours_and_shared_names(
+    external_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ts = import_tools(external_dir / "api-bank", "apibank")
+    assert len(ts) > GraphConfig().candidates + 1  # candidates are blocked
+    g = build_graph(ts, LEX)
+    # GetUserToken's text shares no word with ModifyPassword's: the shared `token` links them
+    assert ("token", "token") in {
+        (f.field, f.param) for f in g.feeds("GetUserToken", "ModifyPassword")
+    }
+    monkeypatch.setattr(sig, "EMBEDDING_MAX_TOOLS", 10)
+    assert build_graph(ts, GraphConfig()).similarity == "lexical"  # auto above the limit

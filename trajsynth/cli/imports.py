@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from ..core.errors import UserError
 from . import app
 from ._common import console
 
@@ -38,6 +39,12 @@ def tau_trajectories_cmd(
     from ..store.importers import tau_trajectories, write_rows
 
     rows = tau_trajectories(src, tools=tools, domain=domain)
+    if not rows:
+        raise UserError(
+            f"no trajectories imported from {src}",
+            hint="expected tau-bench historical trajectories: a JSON list of "
+            "{task_id, trial, reward, info, traj}",
+        )
     shards = write_rows(rows, out)
     ok = sum(1 for r in rows if r.success)
     console.print(

@@ -68,6 +68,36 @@ def _issues_table(title: str, issues: list, limit: int | None) -> Table:
     return table
 
 
+def _reasons(issues: list, top: int = 3) -> str:
+    """The most common reasons among ``issues``, with counts."""
+    from collections import Counter
+
+    counts = Counter(issue.reason for issue in issues)
+    return "; ".join(
+        f"{n}× {reason if len(reason) <= 120 else reason[:117] + '…'}"
+        for reason, n in counts.most_common(top)
+    )
+
+
+def imported_or_fail(ts: Toolset, src: Path | str, fmt: str, *, strict: bool = False) -> None:
+    """Raise one clear :class:`UserError` when nothing was imported, or, with ``strict``,
+    when any spec was dropped (failed, or a duplicate name with another definition)."""
+    if not ts.tools:
+        raise UserError(
+            f"no tools imported from {src} ({fmt}): {ts.records} records read, "
+            f"{len(ts.failures)} failed" + (f": {_reasons(ts.failures)}" if ts.failures else ""),
+            hint="check --format (openai reads any functions with JSON-schema parameters)",
+        )
+    dropped = len(ts.failures) + len(ts.duplicates)
+    if strict and dropped:
+        raise UserError(
+            f"--strict: {dropped} of the specs in {src} were dropped "
+            f"({len(ts.failures)} failed, {len(ts.duplicates)} duplicate names): "
+            + _reasons([*ts.failures, *ts.duplicates]),
+            hint="run without --strict to import the rest; the tables above list each one",
+        )
+
+
 @tools_app.command("import")
 def import_(
     src: Annotated[Path, typer.Argument(help="File or folder of specs.")],
@@ -76,24 +106,37 @@ def import_(
         typer.Option(
             "--format",
             "-f",
-            help="openai | bfcl | tau | toolalpaca | stabletoolbench | apibank",
+            help="openai (any functions with JSON-schema parameters) | bfcl | tau | toolalpaca "
+            "| stabletoolbench | apibank",
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="toolset.json to write.")],
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary line.")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Fail (and write nothing) if any spec is dropped.")
+    ] = False,
 ) -> None:
-    """Convert specs to OpenAI tools; specs that cannot be converted are listed, not fatal."""
+    """Convert specs to OpenAI tools. Each spec not imported, or imported with a change, is
+    listed with the reason; the exit is non-zero when nothing was imported (or, with
+    --strict, when anything was dropped)."""
     from ..envs.importers import import_tools
 
     ts = import_tools(src, fmt)
+    if not quiet:
+        if ts.failures:
+            console.print(_issues_table("not imported", ts.failures, _FAILURES_SHOWN))
+        if ts.altered:
+            console.print(_issues_table("imported with a change", ts.altered, _FAILURES_SHOWN))
+        if ts.duplicates and strict:
+            console.print(_issues_table("duplicates dropped", ts.duplicates, _FAILURES_SHOWN))
+    imported_or_fail(ts, src, fmt, strict=strict)
     ts.save(out)
     console.print(
         f"[green]✓[/] {len(ts)} tools from {ts.records} records of {src} ({fmt}) → {out}"
         + (f"; [yellow]{len(ts.failures)} failed[/]" if ts.failures else "")
+        + (f"; [yellow]{len(ts.altered)} altered[/]" if ts.altered else "")
         + (f"; {len(ts.duplicates)} names defined twice (first kept)" if ts.duplicates else "")
     )
-    if ts.failures and not quiet:
-        console.print(_issues_table("not imported", ts.failures, _FAILURES_SHOWN))
 
 
 @tools_app.command("show")
@@ -136,6 +179,8 @@ def show(
     limit = None if failures else _FAILURES_SHOWN
     if ts.failures:
         console.print(_issues_table(f"{len(ts.failures)} not imported", ts.failures, limit))
+    if ts.altered:
+        console.print(_issues_table(f"{len(ts.altered)} imported with a change", ts.altered, limit))
     if ts.duplicates:
         if failures:
             console.print(_issues_table(f"{len(ts.duplicates)} duplicates", ts.duplicates, None))
@@ -174,6 +219,7 @@ def graph(
         from ..envs.importers import import_tools
 
         ts = import_tools(Path(target), fmt)
+        imported_or_fail(ts, target, fmt)
     else:
         ts = _load(target)
     try:

@@ -214,6 +214,11 @@ class Toolset(BaseModel):
         description="Specs dropped because another spec of that name (with a different "
         "definition) was imported first.",
     )
+    altered: list[ImportIssue] = Field(
+        default_factory=list,
+        description="Specs imported with a change, and what was changed (e.g. a required "
+        "parameter its properties did not declare, declared untyped).",
+    )
 
     _index: dict[str, ToolSpec] | None = PrivateAttr(default=None)
 
@@ -351,6 +356,7 @@ class Toolset(BaseModel):
             "with_response": sum(t.response is not None for t in self.tools),
             "failures": len(self.failures),
             "duplicates": len(self.duplicates),
+            "altered": len(self.altered),
             "records": self.records,
         }
 

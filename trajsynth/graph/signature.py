@@ -14,10 +14,13 @@ can be passed as that argument. Built in networkx, in these steps:
 2) candidate pairs: which functions may feed which. Magnet samples 30 candidate neighbours per
    node from the same category; here the candidates of a function are the ``candidates``
    functions most similar to it by description (all of them in toolsets of up to
-   ``candidates + 1`` tools), which keeps the pair count linear in the toolset size;
-3) types: a field may feed a parameter only when their JSON types agree (``integer`` feeds
-   ``number``; array items are compared when both sides are arrays; the untyped ``result``
-   of a response-less tool feeds any type). A pair whose types contradict is never an edge;
+   ``candidates + 1`` tools), found a block of rows at a time, which keeps the pair count
+   and the memory linear in the toolset size; a function that returns a field named like
+   another's parameter (``token`` → ``token``) is a candidate of it too;
+3) types: a field may feed a parameter only when their JSON types agree (``integer`` and
+   ``number`` feed each other; array items are compared when both sides are arrays; the
+   untyped ``result`` of a response-less tool passes any type). A pair whose types
+   contradict is never an edge;
 4) score each typed pair by name and description:
    ``score = max(0.5 * name + 0.5 * description, description - 0.15)`` (a strong description
    match carries an edge alone: an airport ``code`` feeds ``origin``). ``name`` is 1 for
@@ -25,25 +28,32 @@ can be passed as that argument. Built in networkx, in these steps:
    carry no meaning alone), raised to 0.8 when the parameter's description names the
    producing function ("Traveller id from find_user"), and for an untyped ``result`` the
    share of the parameter's words that the tool's name holds (its description too, for an
-   id: "details of a user, including their orders" holds order ids); ids
+   id: "details of a user, including their orders" holds order ids), and an untyped result
+   feeds only a parameter it names at least half of (so it does not feed everything); ids
    of different things never match (``user_id`` does not feed ``booking_id``);
    ``description`` is the
    similarity of "field path + description" and "parameter + description" from the injected
-   scorer: lexical (TF cosine of content words, the default without the ``embed`` extra) or
-   all-MiniLM-L6-v2 sentence embeddings (``trajsynth.core.embeddings``). Pairs scoring at
-   least ``threshold`` become ``feeds`` edges; for each (function, parameter) only the best
-   field of each source function is kept;
+   scorer: lexical (TF cosine of content words) or all-MiniLM-L6-v2 sentence embeddings
+   (``trajsynth.core.embeddings``; ``auto`` uses them when the ``embed`` extra is installed
+   and the toolset has at most :data:`EMBEDDING_MAX_TOOLS` tools). Each distinct text is encoded
+   once and only the candidate pairs are scored, so the cost is linear in the toolset.
+   Pairs scoring at least ``threshold`` become ``feeds`` edges; for each (function,
+   parameter) only the best field of each source function is kept;
 5) optional LLM edge check (Magnet's): a judge callable is asked, for each function pair
    that step 4 linked, whether the source's output relates to an input of the target; pairs
    it rejects lose their edges;
 6) the function-level graph ``fg`` has an edge f → g carrying the bindings (field → parameter,
    score); it is a *prerequisite* edge when it feeds a required, id-like parameter of g
    ("a tool that needs an id another tool returns"): an ordering constraint, f must run
-   before g whenever both appear and the id is not given by the user.
+   before g whenever both appear and the id is not given by the user. A parameter is
+   id-like only on evidence across tools: an identifier's name *and* another tool that
+   returns a value of that name and type (:class:`_IdEvidence`); a name suffix alone
+   (``css_code``) or "ID" in a description is not enough.
 
 Deviation from Magnet: Magnet asks an LLM about every candidate pair; here types and
 name/description similarity decide and the LLM check is optional, so a graph builds offline
-and deterministically in well under a second for a few hundred tools.
+and deterministically in well under a second for a few hundred tools, and in seconds for
+thousands (lexical).
 
 Example::
 
@@ -103,6 +113,9 @@ _ID_WORD = re.compile(r"(^|_)(id|ids|uuid|key|token|code)$|Id$|ID$")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d+[A-Za-z]+\w*")
 UNTYPED = "any"
+#: ``auto`` similarity uses embeddings up to this many tools and lexical above (sentence
+#: embeddings of every field and parameter text take minutes on a few CPU cores)
+EMBEDDING_MAX_TOOLS = 500
 
 
 class GraphConfig(StrictModel):
@@ -112,7 +125,7 @@ class GraphConfig(StrictModel):
         "auto",
         description="Description similarity: lexical (content-word TF cosine), embedding "
         "(all-MiniLM-L6-v2 via trajsynth.core.embeddings, the `embed` extra), or auto "
-        "(embedding when installed, else lexical).",
+        "(embedding when installed and the toolset has at most 500 tools, else lexical).",
     )
     threshold: float | None = Field(
         None,
@@ -264,10 +277,12 @@ def embedding_similarity(
     return similarity
 
 
-def _scorer(config: GraphConfig) -> tuple[Similarity, str]:
+def _scorer(config: GraphConfig, n_tools: int = 0) -> tuple[Similarity, str]:
     """The description scorer the config asks for, and its name ('lexical'/'embedding').
     Availability is checked without importing (sentence-transformers takes seconds)."""
-    if config.similarity == "lexical":
+    if config.similarity == "lexical" or (
+        config.similarity == "auto" and n_tools > EMBEDDING_MAX_TOOLS
+    ):
         return lexical_similarity, "lexical"
     from importlib.util import find_spec
 
@@ -325,11 +340,14 @@ def _nullable(schema: dict[str, Any]) -> bool:
     )
 
 
+_NUMERIC = frozenset({"integer", "number"})
+
+
 def _scalar_ok(source: str, target: str) -> bool:
     return (
         source in (target, UNTYPED)
         or target == UNTYPED
-        or (source == "integer" and target == "number")
+        or (source in _NUMERIC and target in _NUMERIC)
     )
 
 
@@ -342,7 +360,9 @@ def types_compatible(
     """Step 3: can a value of the source types be passed where the target types are expected?
 
     >>> types_compatible(["integer"], ["number"]), types_compatible(["number"], ["integer"])
-    (True, False)
+    (True, True)
+    >>> types_compatible(["string"], ["integer"])
+    False
     >>> types_compatible(["array"], ["array"], ["string"], ["integer"])
     False
     """
@@ -362,11 +382,54 @@ def types_compatible(
     return False
 
 
-def _is_id_like(param: str, schema: dict[str, Any]) -> bool:
-    if _ID_WORD.search(param):
-        return True
-    desc = str(schema.get("description") or "").lower()
-    return bool(re.search(r"\b(id|identifier)\b", desc)) and _types(schema) == ("string",)
+def _name_key(name: str) -> tuple[str, ...]:
+    """A name's words with ``ids`` read as ``id`` (``attendee_ids`` names attendee ids)."""
+    return tuple("id" if w == "ids" else w for w in words(name))
+
+
+def _name_keys(f: ReturnField) -> set[tuple[str, ...]]:
+    """The names a return field goes by: its leaf's words, and for a generic leaf (``id``,
+    ``name``) the words of its parent too (``users[].id`` is a ``user id``)."""
+    leaf = _name_key(f.leaf)
+    keys = {leaf} if leaf else set()
+    if leaf and not _content(f.leaf):
+        parts = [p for p in re.split(r"[.\[\]]+", f.path) if p]
+        if len(parts) >= 2:
+            keys.add((*_name_key(parts[-2]), *leaf))
+    return keys
+
+
+class _IdEvidence:
+    """Which parameters are ids, from evidence across tools (step 6): a parameter is id-like
+    when its name is an identifier's (``…_id``, ``…Id``, ``uuid``, ``key``, ``token``,
+    ``code``) *and* another tool returns a value of that name and a compatible type (a typed
+    return field, or an undescribed result of a tool whose name says it, e.g.
+    ``find_user_id_by_email``). A suffix alone, or "ID" in a description, is no evidence:
+    ``css_code`` is no id when no tool returns a ``css_code``."""
+
+    def __init__(self, fields: dict[str, list[ReturnField]]) -> None:
+        self.producers: dict[tuple[str, ...], list[ReturnField]] = {}
+        for tool_fields in fields.values():
+            for f in tool_fields:
+                if f.path == "result" and f.types == (UNTYPED,):
+                    name = _name_key(f.tool)
+                    # every contiguous run of the tool's name words ending in an id word
+                    for end in range(len(name)):
+                        if _ID_WORD.search(name[end]):
+                            for start in range(end + 1):
+                                self.producers.setdefault(name[start : end + 1], []).append(f)
+                    continue
+                for key in _name_keys(f):
+                    self.producers.setdefault(key, []).append(f)
+
+    def __call__(self, tool: str, param: str, schema: dict[str, Any]) -> bool:
+        if not _ID_WORD.search(param):
+            return False
+        ptypes = _types(schema)
+        return any(
+            f.tool != tool and types_compatible(f.types, ptypes)
+            for f in self.producers.get(_name_key(param), ())
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -638,6 +701,105 @@ def _mentions(description: str, tool: str) -> bool:
     )
 
 
+_MAX_TEXT = 300  # characters of a text that similarity reads (long descriptions add little)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT]
+
+
+def _encode(kind: str, texts: Sequence[str]) -> Any:
+    """Unit rows for ``texts``: content-word counts (scipy CSR, ``lexical``) or sentence
+    embeddings (dense, ``embedding``; each distinct text embedded once, in batches)."""
+    if kind == "embedding":
+        from ..core import embeddings
+
+        unique = list(dict.fromkeys(texts))
+        vectors = np.asarray(embeddings.embed(unique, batch_size=128), dtype=np.float32)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        index = {t: i for i, t in enumerate(unique)}
+        return vectors[[index[t] for t in texts]]
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.preprocessing import normalize
+
+    mat = CountVectorizer(analyzer=words, dtype=np.float32).fit_transform(list(texts))
+    return normalize(mat, norm="l2", copy=False).tocsr()
+
+
+def _nearest(vectors: Any, k: int, block: int = 1024) -> np.ndarray:
+    """Step 2's blocking: a boolean (n, n) matrix marking each row's ``k`` most similar other
+    rows, and symmetric (a pair is a candidate when either side picked the other); computed
+    ``block`` rows at a time, so memory stays O(block · n)."""
+    n = vectors.shape[0]
+    allowed = np.zeros((n, n), dtype=bool)
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        sim = vectors[start:stop] @ vectors.T
+        sim = np.asarray(sim.todense() if hasattr(sim, "todense") else sim, dtype=np.float32)
+        sim[np.arange(stop - start), np.arange(start, stop)] = -1.0
+        top = np.argsort(-sim, axis=1, kind="stable")[:, :k]
+        allowed[np.repeat(np.arange(start, stop), k), top.ravel()] = True
+    return allowed | allowed.T
+
+
+_SHARED_NAME_CAP = 50_000  # function pairs one shared name may add (generic names add none)
+
+
+def _shared_names(
+    fields: dict[str, list[ReturnField]], tools: Sequence[ToolSpec], allowed: np.ndarray
+) -> None:
+    """Step 2's second block: a function returning a field whose name a parameter of another
+    function has (``token`` → ``token``) is a candidate pair whatever the descriptions say;
+    names without content words (``id``, ``name``) and names shared too widely are skipped."""
+    index = {t.name: i for i, t in enumerate(tools)}
+    producers: dict[tuple[str, ...], set[int]] = {}
+    for tool, tool_fields in fields.items():
+        for f in tool_fields:
+            if f.path != "result" and _content(f.leaf):
+                producers.setdefault(_name_key(f.leaf), set()).add(index[tool])
+    consumers: dict[tuple[str, ...], set[int]] = {}
+    for t in tools:
+        for pname in t.properties():
+            key = _name_key(pname)
+            if key in producers:
+                consumers.setdefault(key, set()).add(index[t.name])
+    for key, targets in consumers.items():
+        sources = producers[key]
+        if len(sources) * len(targets) <= _SHARED_NAME_CAP:
+            allowed[np.ix_(sorted(sources), sorted(targets))] = True
+
+
+def _pair_similarity(
+    scorer: Similarity | str,
+    left: Sequence[str],
+    right: Sequence[str],
+    left_ids: Sequence[int],
+    right_ids: Sequence[int],
+) -> np.ndarray:
+    """Description similarity of each (left[i], right[i]) pair, in [0, 1]. Each distinct text
+    is encoded once and only the pairs asked for are scored (no dense field × parameter
+    matrix); an injected :data:`Similarity` is asked once for the distinct texts."""
+    lkeys = {fi: t for fi, t in zip(left_ids, left, strict=True)}
+    rkeys = {pi: t for pi, t in zip(right_ids, right, strict=True)}
+    lpos = {fi: i for i, fi in enumerate(lkeys)}
+    rpos = {pi: i for i, pi in enumerate(rkeys)}
+    li = np.fromiter((lpos[x] for x in left_ids), dtype=np.int64, count=len(left_ids))
+    ri = np.fromiter((rpos[x] for x in right_ids), dtype=np.int64, count=len(right_ids))
+    if not isinstance(scorer, str):
+        matrix = np.asarray(scorer(list(lkeys.values()), list(rkeys.values())))
+        return matrix[li, ri].astype(np.float64)
+    vectors = _encode(scorer, [*lkeys.values(), *rkeys.values()])
+    a, b = vectors[: len(lkeys)], vectors[len(lkeys) :]
+    out = np.empty(len(li), dtype=np.float64)
+    for start in range(0, len(li), 65536):
+        sl = slice(start, start + 65536)
+        if scorer == "embedding":
+            out[sl] = np.einsum("ij,ij->i", a[li[sl]], b[ri[sl]])
+        else:
+            out[sl] = np.asarray(a[li[sl]].multiply(b[ri[sl]]).sum(axis=1)).ravel()
+    return np.clip(out, 0.0, 1.0)
+
+
 def build_graph(
     toolset: Toolset,
     config: GraphConfig | None = None,
@@ -651,7 +813,7 @@ def build_graph(
     if similarity is not None:
         scorer, scorer_name = similarity, "custom"
     else:
-        scorer, scorer_name = _scorer(config)
+        scorer, scorer_name = _scorer(config, len(toolset.tools))
     threshold = config.threshold
     if threshold is None:
         threshold = 0.55 if scorer_name == "embedding" else 0.5
@@ -684,23 +846,16 @@ def build_graph(
             graph.g.add_edge(f"fn:{spec.name}", node, kind="returns")
     if not tools:
         return graph
-    # 2) candidate function pairs
+    # 2) candidate function pairs: each function's `candidates` nearest neighbours
     names = [t.name for t in tools]
-    {n: i for i, n in enumerate(names)}
     k = config.candidates
     if len(tools) <= k + 1:
         allowed = np.ones((len(tools), len(tools)), dtype=bool)
     else:
-        texts = [f"{' '.join(words(t.name))}: {t.description}" for t in tools]
-        sim = (
-            lexical_similarity(texts, texts) if scorer_name != "embedding" else scorer(texts, texts)
-        )
-        np.fill_diagonal(sim, -1.0)
-        top = np.argsort(-sim, axis=1, kind="stable")[:, :k]
-        allowed = np.zeros((len(tools), len(tools)), dtype=bool)
-        rows = np.repeat(np.arange(len(tools)), k)
-        allowed[rows, top.ravel()] = True
-        allowed |= allowed.T  # a pair is a candidate when either side picked the other
+        texts = [_clip(f"{' '.join(words(t.name))}: {t.description}") for t in tools]
+        encoder = scorer_name if scorer_name == "embedding" else "lexical"
+        allowed = _nearest(_encode(encoder, texts), k)
+        _shared_names(graph.fields, tools, allowed)
     if not config.self_loops:
         np.fill_diagonal(allowed, False)
     # 3) typed (field, param) pairs between candidate functions
@@ -733,35 +888,50 @@ def build_graph(
                     pairs.append((fi, pi))
     if not pairs:
         return graph
-    # 4) scores
-    fidx = sorted({fi for fi, _ in pairs})
-    pidx = sorted({pi for _, pi in pairs})
-    fpos = {fi: i for i, fi in enumerate(fidx)}
-    ppos = {pi: i for i, pi in enumerate(pidx)}
-    desc = scorer(
-        [_field_text(all_fields[i]) for i in fidx],
-        [_param_text(params[i][1], params[i][2]) for i in pidx],
-    )
-    id_like = [_is_id_like(pname, schema) for _, pname, schema, _ in params]
-    best: dict[tuple[str, str, str], Feed] = {}
+    # 4) scores: name evidence first (cheap), description similarity for the pairs left
+    is_id = _IdEvidence(graph.fields)
+    id_like = [is_id(tname, pname, schema) for tname, pname, schema, _ in params]
+    scored: list[tuple[int, int, float]] = []
     for fi, pi in pairs:
         f = all_fields[fi]
-        tname, pname, schema, required = params[pi]
+        tname, pname, schema, _ = params[pi]
         if id_like[pi] and _id_conflict(f, pname):
             continue
-        if f.path == "result" and f.types == (UNTYPED,):
+        untyped = f.path == "result" and f.types == (UNTYPED,)
+        if untyped:
             # an undescribed result: how much of the parameter's entity the tool names
+            # ("details of a user, including their orders" holds order ids); it feeds only a
+            # parameter it names at least half of, so it does not feed everything
             entity = _content(pname)
             named = set(words(f.tool))
-            if id_like[pi]:  # "details of a user, including their orders" holds order ids
+            if _ID_WORD.search(pname):
                 named |= set(words(f.description))
             name = len(entity & named) / len(entity) if entity else 0.0
         else:
             name = name_similarity(f.leaf, pname)
         if _mentions(str(schema.get("description") or ""), f.tool):
             name = max(name, 0.8)
-        d = float(desc[fpos[fi], ppos[pi]])
-        score = max(0.5 * name + 0.5 * d, d - 0.15)
+        if untyped and name < 0.5:
+            continue
+        # the best score the description can give is 1: skip pairs that cannot reach it
+        if max(0.5 * name + 0.5, 0.85) < threshold:
+            continue
+        scored.append((fi, pi, name))
+    if not scored:
+        return graph
+    desc = _pair_similarity(
+        scorer if scorer_name == "custom" else scorer_name,
+        [_field_text(all_fields[fi]) for fi, _, _ in scored],
+        [_param_text(params[pi][1], params[pi][2]) for _, pi, _ in scored],
+        [fi for fi, _, _ in scored],
+        [pi for _, pi, _ in scored],
+    )
+    best: dict[tuple[str, str, str], Feed] = {}
+    for (fi, pi, name), d in zip(scored, desc.tolist(), strict=True):
+        f = all_fields[fi]
+        tname, pname, schema, required = params[pi]
+        untyped = f.path == "result" and f.types == (UNTYPED,)
+        score = 0.5 * name + 0.5 * d if untyped else max(0.5 * name + 0.5 * d, d - 0.15)
         if score < threshold:
             continue
         key = (f.tool, tname, pname)

@@ -311,6 +311,7 @@ class Runner:
             iteration=rs.iteration,
         )
         started = time.perf_counter()
+        counted_before = dict(state.metrics.get("counters", {}))
         inputs = [(ref, self._input_shards(ref, manifest)) for ref in rs.inputs]
         total_in = sum(_rows_of(p) for _, paths in inputs for p in paths)
         state.rows_in = total_in
@@ -338,6 +339,10 @@ class Runner:
                 message, hint=f"traceback in {self.run_dir / 'logs' / 'run.log'}"
             ) from exc
         self._ensure_outputs(sid, state, cls.outputs)
+        too_few = _too_few_rows(rs, cls.kind, state, counted_before)
+        if too_few is not None:
+            self._fail(state, manifest, too_few, started)
+            raise StageFailed(too_few, hint=f"details in {self.run_dir / 'logs' / 'run.log'}")
         if cls.makes_artifact:
             state.artifact_files, state.artifact_fingerprint = _fingerprint_dir(
                 self.artifacts_dir(sid)
@@ -511,6 +516,32 @@ class Runner:
         finally:
             stage.teardown()
         state.metrics = Metrics.merge(state.metrics, ctx.metrics.snapshot())
+
+
+def _too_few_rows(
+    rs: ResolvedStage, kind: StageKind, state: StageState, counted_before: dict[str, float]
+) -> str | None:
+    """Why a finished stage may not count as done: it yielded fewer than ``min_rows`` rows
+    (default 1 for a source stage), with the reasons its metrics counted in this execution
+    (``dropped.*`` first)."""
+    floor = rs.step.min_rows
+    if floor is None:
+        floor = 1 if kind == StageKind.SOURCE else 0
+    rows = state.rows_out()
+    if rows >= floor:
+        return None
+    counters = {
+        k: v - counted_before.get(k, 0)
+        for k, v in state.metrics.get("counters", {}).items()
+        if v != counted_before.get(k, 0)
+    }
+    dropped = {k: v for k, v in counters.items() if k.startswith("dropped")}
+    shown = sorted((dropped or counters).items(), key=lambda kv: (-kv[1], kv[0]))
+    reasons = ", ".join(f"{k} {v:,.0f}" for k, v in shown[:8]) or "none counted"
+    return (
+        f"stage {rs.step.id!r} ({rs.step.uses}) yielded {rows:,} rows, fewer than "
+        f"min_rows={floor}; it counted: {reasons}"
+    )
 
 
 def _default_executor(defaults: Any) -> Executor:

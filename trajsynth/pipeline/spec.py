@@ -128,6 +128,12 @@ class StepSpec(StrictModel):
         description="Stages whose artifacts (e.g. a trained checkpoint) this stage uses.",
     )
     shard_rows: int | None = Field(default=None, ge=1, description="Overrides defaults.")
+    min_rows: int | None = Field(
+        default=None,
+        ge=0,
+        description="Fewest rows the stage must yield, else the run fails with the reasons the "
+        "stage counted (default 1 for source stages, 0 for the others).",
+    )
     description: str = ""
 
     @field_validator("from_", "needs", mode="before")

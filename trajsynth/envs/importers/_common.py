@@ -2,8 +2,11 @@
 
 The builder is where the importers' promise is kept: a spec that cannot be converted is
 recorded with its reason and the rest still import; a converted spec is only kept when it
-passes :meth:`ToolSpec.problems` (OpenAI-legal name, valid JSON Schema); two specs with one
-name and different definitions keep the first and list the second as a duplicate.
+passes :meth:`ToolSpec.problems` (OpenAI-legal name, valid JSON Schema); a spec changed on the
+way in (by the importer, or here: a ``required`` name its ``properties`` do not declare is
+declared as an untyped property, which is what JSON Schema means by it) is kept and listed as
+altered with what changed; two specs with one name and different definitions keep the first
+and list the second as a duplicate.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from ...core.errors import InputNotFoundError, SpecError
 from ...core.ids import canonical_json
 from ..spec import ImportIssue, Toolset, ToolSpec
 
-__all__ = ["ConversionError", "ToolsetBuilder", "iter_json_records", "read_json"]
+__all__ = [
+    "ConversionError",
+    "ToolsetBuilder",
+    "declare_required",
+    "iter_json_records",
+    "read_json",
+]
 
 
 class ConversionError(ValueError):
@@ -71,6 +80,36 @@ def require_path(src: str | Path) -> Path:
     return path
 
 
+def declare_required(schema: Any, where: str, notes: list[str]) -> Any:
+    """``schema`` with every ``required`` name declared in ``properties`` (recursively in
+    object properties and array items); a name that was missing is declared untyped (``{}``)
+    and noted. Returns ``schema`` itself when nothing changed.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    out = schema
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        new_props = {k: declare_required(v, f"{where}.{k}", notes) for k, v in props.items()}
+        if any(new_props[k] is not props[k] for k in props):
+            out = {**out, "properties": new_props}
+    if isinstance(schema.get("items"), dict):
+        items = declare_required(schema["items"], f"{where}[]", notes)
+        if items is not schema["items"]:
+            out = {**out, "items": items}
+    required = schema.get("required")
+    if isinstance(required, list):
+        declared = out.get("properties") if isinstance(out.get("properties"), dict) else {}
+        missing = [r for r in required if isinstance(r, str) and r not in declared]
+        if missing:
+            out = {**out, "properties": {**declared, **{m: {} for m in missing}}}
+            notes.append(
+                f"{where}: required {', '.join(map(repr, missing))} not declared in properties; "
+                "declared untyped"
+            )
+    return out
+
+
 class ToolsetBuilder:
     """Collects converted specs, failures and duplicates into a :class:`Toolset`."""
 
@@ -82,6 +121,7 @@ class ToolsetBuilder:
         self._content: dict[str, str] = {}
         self.failures: list[ImportIssue] = []
         self.duplicates: list[ImportIssue] = []
+        self.altered: list[ImportIssue] = []
         self.records = 0
         self._failed: set[tuple[str, str]] = set()
         self._dup_count: dict[str, int] = {}
@@ -94,8 +134,18 @@ class ToolsetBuilder:
         self._failed.add((name, reason))
         self.failures.append(ImportIssue(name=name, reason=reason, source=source))
 
-    def add(self, name: str, convert: Callable[[], ToolSpec], *, source: str = "") -> bool:
-        """Convert one spec; record a failure instead of raising. True when it was kept."""
+    def add(
+        self,
+        name: str,
+        convert: Callable[[], ToolSpec],
+        *,
+        source: str = "",
+        notes: list[str] | None = None,
+    ) -> bool:
+        """Convert one spec; record a failure instead of raising. True when it was kept.
+
+        ``notes`` is filled by ``convert`` with what it changed (reported as altered).
+        """
         try:
             spec = convert()
         except (ConversionError, SpecError, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -104,6 +154,10 @@ class ToolsetBuilder:
                 reason = f"missing field {exc}"
             self.fail(name, reason or type(exc).__name__, source)
             return False
+        notes = list(notes or [])
+        parameters = declare_required(spec.parameters, "parameters", notes)
+        if parameters is not spec.parameters:
+            spec = spec.model_copy(update={"parameters": parameters})
         key = canonical_json([spec.description, spec.parameters, spec.response, spec.source_name])
         if spec.name in self.tools:
             if self._content[spec.name] != key:
@@ -115,6 +169,8 @@ class ToolsetBuilder:
             return False
         self.tools[spec.name] = spec
         self._content[spec.name] = key
+        if notes:
+            self.altered.append(ImportIssue(name=spec.name, reason="; ".join(notes), source=source))
         return True
 
     def _duplicate(self, name: str, source: str) -> None:
@@ -142,4 +198,5 @@ class ToolsetBuilder:
             records=self.records,
             failures=self.failures,
             duplicates=self.duplicates,
+            altered=self.altered,
         )

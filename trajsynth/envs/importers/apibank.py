@@ -98,6 +98,9 @@ def _from_test_file(file: Path, data: Any) -> Iterator[tuple[str, Any]]:
 
 def _from_dialogue(file: Path) -> Iterator[tuple[str, Any]]:
     for n, line in iter_json_records(file):
+        if isinstance(line, ConversionError):
+            yield f"{file.name}:{n}", line
+            continue
         if not isinstance(line, dict) or line.get("api_name") != "ToolSearcher":
             continue
         output = (line.get("result") or {}).get("output")

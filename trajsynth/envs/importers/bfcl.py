@@ -17,7 +17,7 @@ Conversion of one function doc (BFCL's own ``model_handler/utils.py::convert_to_
 Inputs: a question file (``BFCL_v4_*.json``, JSON Lines whose records carry ``function``),
 a func-doc file (``multi_turn_func_doc/*.json``), a multi-turn question file (its tools are
 the docs of its ``involved_classes``, read from the sibling ``multi_turn_func_doc``), or a
-folder of any of these. Records without tools (web_search, memory) are counted and skipped.
+folder of any of these. A record of none of these shapes is listed as a failure.
 
 Beyond the toolset, :func:`read_entries` reads whole test entries (messages per turn, the
 entry's own tools, and gold calls from ``possible_answer``) as :class:`BfclEntry`, turning
@@ -228,8 +228,9 @@ def import_bfcl(src: str | Path) -> Toolset:
             if not isinstance(record, dict):
                 builder.fail(locator, "record is not a JSON object", locator)
                 continue
-            if "function" in record:
-                functions = [(f"{locator}#{record.get('id', '')}", f) for f in record["function"]]
+            if isinstance(record.get("function"), list):
+                fns = record["function"]
+                functions = [(f"{locator}#{record.get('id', '')}", f) for f in fns]
             elif "parameters" in record and "name" in record:
                 functions = [(locator, record)]
             elif record.get("involved_classes") and "question" in record:
@@ -241,6 +242,13 @@ def import_bfcl(src: str | Path) -> Toolset:
                     builder.fail(str(record.get("id", locator)), str(exc), locator)
                     continue
             else:
+                keys = ", ".join(sorted(map(str, record))[:8])
+                builder.fail(
+                    str(record.get("id", locator)),
+                    "not a BFCL record (no 'function' list, no 'name' and 'parameters', no "
+                    f"'involved_classes'; keys: {keys}); an OpenAI tool? use --format openai",
+                    locator,
+                )
                 continue
             for loc, fn in functions:
                 name = fn.get("name", loc) if isinstance(fn, dict) else loc

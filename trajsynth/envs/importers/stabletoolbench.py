@@ -178,6 +178,9 @@ def import_stabletoolbench(src: str | Path) -> Toolset:
                 builder.fail(file.name, "query record is not a JSON object", str(file))
                 continue
             loc = f"{file.name}#{record.get('query_id', '?')}"
+            if not isinstance(record.get("api_list"), list) or not record["api_list"]:
+                builder.fail(loc, "query record has no 'api_list' of endpoints", loc)
+                continue
             for api in record.get("api_list") or []:
                 label = (
                     f"{api.get('tool_name')}/{api.get('api_name')}"

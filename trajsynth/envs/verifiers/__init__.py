@@ -10,11 +10,13 @@ plain data (calls, :class:`~trajsynth.core.GroundTruth`, :class:`~trajsynth.core
 
 from .call_match import (
     MatchResult,
+    NameMode,
     bfcl_check,
     exact_multiset_reward,
     match_call,
     match_multiple,
     match_parallel,
+    name_mode,
     standardize_string,
 )
 from .episode import LAYERS, EpisodeVerdict, verify_episode
@@ -33,6 +35,7 @@ __all__ = [
     "EpisodeVerdict",
     "FinalStateResult",
     "MatchResult",
+    "NameMode",
     "SchemaIssue",
     "bfcl_check",
     "check_arguments",
@@ -43,6 +46,7 @@ __all__ = [
     "match_call",
     "match_multiple",
     "match_parallel",
+    "name_mode",
     "replay",
     "required_outputs_present",
     "standardize_string",

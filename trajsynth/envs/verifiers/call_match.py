@@ -4,7 +4,13 @@ BFCL (Patil et al., Berkeley Function Calling Leaderboard; ``bfcl_eval/eval_chec
 ast_eval/ast_checker.py``), as FORMATS.md §3.1 describes it. :func:`match_call` is
 ``simple_function_checker``:
 
-1) the name must match (gold names are compared after BFCL's ``.`` → ``_`` renaming);
+1) the name must match. BFCL renames a gold name ``.`` → ``_`` for function-calling models
+   (whose tool names cannot hold a dot) and compares it as written for prompt-style models
+   (whose calls are parsed from text and keep the dotted name): the ``names`` option,
+   ``"underscore"`` or ``"as_written"``, chosen from the model's call format
+   (:func:`name_mode`); by default (``"auto"``) a predicted name with a dot means the model
+   wrote its calls as text (``as_written``), otherwise ``underscore``. The written name of a
+   :class:`~trajsynth.core.task.GoldCall` is its tool's ``source_name``;
 2) every parameter the doc requires must be present → ``missing_required``;
 3) every parameter the model gave must be in the doc *and* in the gold → ``unexpected_param``;
 4) type check against the doc type (string→str, integer→int, number/float→float,
@@ -48,7 +54,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ...core.ids import canonical_json
 from ...core.schema import Message, ToolCall
@@ -58,12 +64,14 @@ from .schema import normalize_call
 
 __all__ = [
     "MatchResult",
+    "NameMode",
     "bfcl_check",
     "exact_multiset_reward",
     "gold_alternatives",
     "match_call",
     "match_multiple",
     "match_parallel",
+    "name_mode",
     "standardize_string",
 ]
 
@@ -118,6 +126,40 @@ def gold_alternatives(gold: GoldCall | Mapping[str, Any]) -> tuple[str, dict[str
         return gold.name, {k: [v] for k, v in gold.arguments.items()}
     ((name, params),) = gold.items()
     return name.replace(".", "_"), {k: list(v) for k, v in params.items()}
+
+
+NameMode = Literal["auto", "underscore", "as_written"]
+
+
+def name_mode(call_format: str) -> NameMode:
+    """BFCL's name mode for a model's call format: ``"fc"`` (tool calls, as OpenAI-style
+    function-calling models emit them) → ``underscore``; ``"prompt"`` (calls written as text
+    and parsed) → ``as_written``.
+
+    >>> name_mode("fc"), name_mode("prompt")
+    ('underscore', 'as_written')
+    """
+    modes: dict[str, NameMode] = {"fc": "underscore", "prompt": "as_written"}
+    try:
+        return modes[call_format]
+    except KeyError:
+        raise ValueError(f"unknown call format {call_format!r}: use fc or prompt") from None
+
+
+def _resolve_names(names: NameMode, calls: Sequence[Any]) -> NameMode:
+    if names != "auto":
+        return names
+    dotted = any("." in normalize_call(c)[0] for c in calls)
+    return "as_written" if dotted else "underscore"
+
+
+def _written_name(gold: GoldCall | Mapping[str, Any], spec: Any, renamed: str) -> str:
+    """The gold function's name as its source wrote it (dots kept)."""
+    if not isinstance(gold, GoldCall):
+        return str(next(iter(gold)))
+    if isinstance(spec, ToolSpec) and spec.source_name:
+        return spec.source_name
+    return renamed
 
 
 def _params(spec: ToolSpec | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -197,15 +239,18 @@ def match_call(
     spec: ToolSpec | Mapping[str, Any] | None = None,
     *,
     language: str = "python",
+    names: NameMode = "auto",
 ) -> MatchResult:
     """BFCL's ``simple_function_checker`` (steps 1-6 of the module docstring).
 
     ``spec`` is the tool's doc (a :class:`ToolSpec` or its ``parameters`` schema); without it
-    the types are taken from the gold values.
+    the types are taken from the gold values. ``names``: see step 1.
     """
     name, raw = normalize_call(call)  # type: ignore[arg-type]
     gold_name, gold_params = gold_alternatives(gold)
     # 1) name
+    if _resolve_names(names, [call]) == "as_written":
+        gold_name = _written_name(gold, spec, gold_name)
     if name != gold_name:
         return _fail("wrong_name", f"called {name!r}, expected {gold_name!r}")
     args = _args(raw)
@@ -283,9 +328,11 @@ def match_parallel(
     tools: Toolset | Mapping[str, Any] | Sequence[Any] | None = None,
     *,
     language: str = "python",
+    names: NameMode = "auto",
 ) -> MatchResult:
     """BFCL's ``parallel_function_checker_no_order``: order-insensitive greedy matching."""
     predicted = _calls(calls)
+    names = _resolve_names(names, predicted)
     if len(predicted) != len(golds):
         return _fail("wrong_count", f"{len(predicted)} calls, expected {len(golds)}")
     specs = _spec_lookup(tools)
@@ -296,7 +343,7 @@ def match_parallel(
         for i, call in enumerate(predicted):
             if i in used:
                 continue
-            res = match_call(call, gold, specs.get(gname), language=language)
+            res = match_call(call, gold, specs.get(gname), language=language, names=names)
             if res:
                 used.add(i)
                 break
@@ -313,16 +360,18 @@ def match_multiple(
     tools: Toolset | Mapping[str, Any] | Sequence[Any] | None = None,
     *,
     language: str = "python",
+    names: NameMode = "auto",
 ) -> MatchResult:
     """BFCL's "multiple" checker: as many calls as gold calls (always one), checked against the
     doc of the *gold* function."""
     predicted = _calls(calls)
+    names = _resolve_names(names, predicted)
     if len(predicted) != len(golds):
         return _fail("wrong_count", f"{len(predicted)} calls, expected {len(golds)}")
     specs = _spec_lookup(tools)
     for call, gold in zip(predicted, golds, strict=True):
         gname, _ = gold_alternatives(gold)
-        res = match_call(call, gold, specs.get(gname), language=language)
+        res = match_call(call, gold, specs.get(gname), language=language, names=names)
         if not res:
             return res
     return _OK
@@ -335,8 +384,10 @@ def bfcl_check(
     category: str,
     *,
     language: str | None = None,
+    names: NameMode = "auto",
 ) -> MatchResult:
-    """Dispatch on a BFCL category name as the AST checker does (FORMATS.md §3.1)."""
+    """Dispatch on a BFCL category name as the AST checker does; ``names`` is BFCL's name
+    mode (step 1), e.g. ``name_mode("prompt")`` for a prompt-style model."""
     predicted = _calls(calls)
     if language is None:
         language = (
@@ -347,13 +398,14 @@ def bfcl_check(
     if "relevance" in category:
         return _OK if predicted else _fail("no_call", "a call was expected")
     if "parallel" in category:
-        return match_parallel(predicted, golds, tools, language=language)
+        return match_parallel(predicted, golds, tools, language=language, names=names)
     if "multiple" in category:
-        return match_multiple(predicted, golds, tools, language=language)
+        return match_multiple(predicted, golds, tools, language=language, names=names)
     if len(predicted) != 1:
         return _fail("wrong_count", f"{len(predicted)} calls, expected 1")
     gname, _ = gold_alternatives(golds[0])
-    return match_call(predicted[0], golds[0], _spec_lookup(tools).get(gname), language=language)
+    spec = _spec_lookup(tools).get(gname)
+    return match_call(predicted[0], golds[0], spec, language=language, names=names)
 
 
 # --------------------------------------------------------------------------------------
