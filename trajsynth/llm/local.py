@@ -30,6 +30,7 @@ from typing import Any
 
 from ..core.errors import ConfigError, EndpointError
 from .base import Backend, BackendReply, ChatRequest, RawChoice, RoleConfig, TokenLogprob, Usage
+from .models import MODELS, resolve_model
 
 __all__ = ["LocalBackend"]
 
@@ -73,7 +74,10 @@ class LocalBackend(Backend):
     def __init__(self, config: RoleConfig) -> None:
         self.config = config
         self.settings = config.local
-        self.path = Path(config.model).expanduser()
+        model = config.model
+        if model in MODELS:  # a registered name (e.g. smollm2-135m): its prepared folder
+            model = resolve_model(model)
+        self.path = Path(model).expanduser()
         if not config.model or not self.path.is_dir():
             raise ConfigError(
                 f"local backend: model folder {config.model!r} does not exist",

@@ -7,7 +7,10 @@ the benchmark decides). Ours computes the LM head only at the trained positions
 best-fit decreasing; TRL's mask comes from the same ``{% generation %}`` markers.
 
 1) the student: ``model="tiny"`` trains a tokenizer on the data and builds a fresh model
-   (:mod:`.tiny`); a path loads a transformers folder (:mod:`.modeling`);
+   (:mod:`.tiny`); a name (``smollm2-135m``) or a path loads a transformers folder
+   (:mod:`.modeling`); with ``lora_r`` > 0 only LoRA adapters on its linear layers are
+   trained (PyPI ``peft``; "LoRA: Low-Rank Adaptation of Large Language Models",
+   arXiv:2106.09685), and merged into the saved model;
 2) tokenize every row with the chat template and its assistant mask, then pack (:mod:`.data`):
    tool results, user turns and the system prompt carry no loss;
 3) each optimizer step takes ``grad_accum`` micro-batches; the loss is the sum of −log p over
@@ -17,7 +20,8 @@ best-fit decreasing; TRL's mask comes from the same ``{% generation %}`` markers
    ``min_lr_ratio`` × lr;
 5) report loss, learning rate and tokens/s; every ``save_every`` steps write a checkpoint
    (model, tokenizer, optimizer, step) into ``OUT/checkpoint`` by atomic rename, so the same
-   command run again resumes where it stopped;
+   command run again resumes where it stopped (full fine-tuning; a LoRA run, minutes long on
+   a small model, writes no intermediate checkpoint and starts over);
 6) save the final model and tokenizer as a transformers folder in ``OUT``, with
    ``trajsynth_sft.json`` (config, data and result summary).
 """
@@ -57,6 +61,13 @@ class SFTConfig(StrictModel):
         "to a transformers model folder.",
     )
     tiny: TinyConfig = Field(default_factory=TinyConfig, description="Size of the tiny model.")
+    lora_r: int = Field(
+        default=0,
+        ge=0,
+        description="LoRA rank (PyPI peft) on every linear layer of a pretrained model; 0: "
+        "full fine-tuning. The adapters are merged into the saved model.",
+    )
+    lora_alpha: float = Field(default=32.0, gt=0, description="LoRA scale numerator (α / r).")
     epochs: float = Field(default=3.0, gt=0, description="Passes over the data.")
     max_steps: int | None = Field(
         default=None, ge=1, description="Stop after this many optimizer steps (overrides epochs)."
@@ -96,7 +107,11 @@ class SFTConfig(StrictModel):
     log_every: int = Field(default=1, ge=1, description="Report metrics every N steps.")
 
     def peak_lr(self) -> float:
-        return self.lr if self.lr is not None else (3e-3 if self.model == "tiny" else 2e-5)
+        if self.lr is not None:
+            return self.lr
+        if self.model == "tiny":
+            return 3e-3
+        return 5e-4 if self.lora_r else 2e-5
 
     def identity(self) -> str:
         """Hash of the settings that change the result (not where or how often it saves)."""
@@ -197,6 +212,8 @@ def train_sft(
     else:
         model, tokenizer = load_student(cfg.model, device)
     torch.manual_seed(cfg.seed)
+    if cfg.lora_r:
+        model = _with_lora(model, cfg)
 
     # 2) tokens, masks, packing
     examples, stats = tokenize_rows(tokenizer, rows, max_len=cfg.max_len, reasoning=cfg.reasoning)
@@ -227,7 +244,7 @@ def train_sft(
 
     # 3-4) optimizer
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        [p for p in model.parameters() if p.requires_grad],
         lr=cfg.peak_lr(),
         betas=(0.9, 0.95),
         weight_decay=cfg.weight_decay,
@@ -285,8 +302,13 @@ def train_sft(
                 },
             )
         at_epoch_end = (step * cfg.grad_accum) % per_epoch < cfg.grad_accum
-        if step < total_steps and (
-            (cfg.save_every and step % cfg.save_every == 0) or (not cfg.save_every and at_epoch_end)
+        if (
+            not cfg.lora_r
+            and step < total_steps
+            and (
+                (cfg.save_every and step % cfg.save_every == 0)
+                or (not cfg.save_every and at_epoch_end)
+            )
         ):
             checkpoint.save_checkpoint(
                 out,
@@ -300,6 +322,8 @@ def train_sft(
 
     # 6) the final model folder
     model.eval()
+    if cfg.lora_r:
+        model = model.merge_and_unload()
     checkpoint.save_model(out, model, tokenizer)
     result = SFTResult(
         out=str(out),
@@ -323,6 +347,25 @@ def train_sft(
     )
     checkpoint.finish(out)
     return result
+
+
+def _with_lora(model: Any, cfg: SFTConfig) -> Any:
+    """LoRA adapters (rank ``lora_r``) on every linear layer but the output head; only they
+    are trained."""
+    if cfg.model == "tiny":
+        raise ConfigError("LoRA is for a pretrained model; the tiny student trains fully")
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:
+        raise ConfigError("lora_r needs the package peft", hint="pip install peft") from exc
+    lora = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
 
 
 def data_stats(rows: Sequence[Trajectory], tokenizer: Any, cfg: SFTConfig) -> DataStats:
