@@ -157,6 +157,9 @@ def train_sft_command(
     batch_size: Annotated[int | None, typer.Option(help="Rows per micro-batch.")] = None,
     grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per step.")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
+    max_minutes: Annotated[
+        float | None, typer.Option(help="Stop after this many minutes of training.")
+    ] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
     precision: Annotated[str | None, typer.Option(help="auto, bf16, fp32.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
@@ -182,6 +185,7 @@ def train_sft_command(
         batch_size=batch_size,
         grad_accum=grad_accum,
         max_steps=max_steps,
+        max_minutes=max_minutes,
         device=device,
         precision=precision,
         seed=seed,

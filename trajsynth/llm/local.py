@@ -30,6 +30,7 @@ from typing import Any
 
 from ..core.errors import ConfigError, EndpointError
 from .base import Backend, BackendReply, ChatRequest, RawChoice, RoleConfig, TokenLogprob, Usage
+from .chat_template import chat_template, needs_tool_template
 from .models import MODELS, resolve_model
 
 __all__ = ["LocalBackend"]
@@ -132,6 +133,8 @@ class LocalBackend(Backend):
                     tok.pad_token = tok.eos_token
                 if getattr(tok, "chat_template", None) is None:
                     raise ConfigError(f"local backend: {self.path} has no chat template")
+                if needs_tool_template(tok.chat_template):  # ChatML that cannot show tools
+                    tok.chat_template = chat_template()
                 model.to(self.settings.device).eval()
                 self._tok, self._model = tok, model
             return self._tok, self._model

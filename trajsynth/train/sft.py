@@ -17,7 +17,8 @@ best-fit decreasing; TRL's mask comes from the same ``{% generation %}`` markers
    the masked-in tokens of all of them divided by their total count, so one micro-batch of 8
    and eight of 1 give the same gradient; bf16 autocast on CUDA, fp32 on CPU;
 4) clip the gradient norm, AdamW step, learning rate with linear warmup then cosine decay to
-   ``min_lr_ratio`` × lr;
+   ``min_lr_ratio`` × lr (with a time budget, ``max_minutes``, the decay follows whichever of
+   steps or time is further along, and training stops when the time is up);
 5) report loss, learning rate and tokens/s; every ``save_every`` steps write a checkpoint
    (model, tokenizer, optimizer, step) into ``OUT/checkpoint`` by atomic rename, so the same
    command run again resumes where it stopped (full fine-tuning; a LoRA run, minutes long on
@@ -68,6 +69,12 @@ class SFTConfig(StrictModel):
         "full fine-tuning. The adapters are merged into the saved model.",
     )
     lora_alpha: float = Field(default=32.0, gt=0, description="LoRA scale numerator (α / r).")
+    lora_layers: int = Field(
+        default=0,
+        ge=0,
+        description="Adapt only the top N transformer blocks (0: all). The backward pass stops "
+        "at the lowest adapted block, so a CPU step costs less.",
+    )
     epochs: float = Field(default=3.0, gt=0, description="Passes over the data.")
     max_steps: int | None = Field(
         default=None, ge=1, description="Stop after this many optimizer steps (overrides epochs)."
@@ -77,6 +84,12 @@ class SFTConfig(StrictModel):
         ge=1,
         description="At most this many optimizer steps: epochs decide unless they need more "
         "(a compute budget, e.g. for a loop whose data grows every round).",
+    )
+    max_minutes: float | None = Field(
+        default=None,
+        gt=0,
+        description="Stop after this many minutes of training (a CPU budget); the learning "
+        "rate follows whichever of steps or time is further along, so it has decayed by then.",
     )
     lr: float | None = Field(
         default=None,
@@ -166,14 +179,15 @@ def accumulate_gradients(
     return total, n_step
 
 
-def _lr_at(step: int, total: int, cfg: SFTConfig) -> float:
+def _lr_at(step: int, total: int, cfg: SFTConfig, time_share: float = 0.0) -> float:
+    """``time_share``: the share of ``max_minutes`` used so far (0 without a time budget)."""
     peak = cfg.peak_lr()
     warmup = int(cfg.warmup_ratio * total)
     # 1) linear warmup
     if step < warmup:
         return peak * (step + 1) / warmup
-    # 2) cosine decay from peak to min_lr_ratio × peak
-    progress = (step - warmup) / max(1, total - warmup)
+    # 2) cosine decay from peak to min_lr_ratio × peak, by steps or time, whichever is further
+    progress = max((step - warmup) / max(1, total - warmup), time_share)
     floor = cfg.min_lr_ratio * peak
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
 
@@ -272,8 +286,12 @@ def train_sft(
     first_loss: float | None = None
     last_loss: float | None = None
     t0 = time.perf_counter()
+    budget_s = cfg.max_minutes * 60 if cfg.max_minutes else None
     while step < total_steps:
-        lr = _lr_at(step, total_steps, cfg)
+        elapsed = time.perf_counter() - t0
+        if budget_s is not None and elapsed >= budget_s:
+            break
+        lr = _lr_at(step, total_steps, cfg, elapsed / budget_s if budget_s else 0.0)
         for group in optimizer.param_groups:
             group["lr"] = lr
         micro = [micro_batch(step * cfg.grad_accum + k) for k in range(cfg.grad_accum)]
@@ -358,11 +376,26 @@ def _with_lora(model: Any, cfg: SFTConfig) -> Any:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
         raise ConfigError("lora_r needs the package peft", hint="pip install peft") from exc
+    import torch
+
+    head = model.get_output_embeddings()
+    linear = sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and module is not head
+        }
+    )
+    layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+    top = None
+    if cfg.lora_layers and layers:
+        top = list(range(max(0, layers - cfg.lora_layers), layers))
     lora = LoraConfig(
         r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha,
         lora_dropout=0.0,
-        target_modules="all-linear",
+        target_modules=linear,
+        layers_to_transform=top,
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, lora)
