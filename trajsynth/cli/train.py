@@ -321,7 +321,9 @@ def eval_command(
 ) -> None:
     """Score a model on held-out tasks with the shared verifiers, per capability and overall."""
     if (model is None) == (base_url is None):
-        raise ConfigError("give exactly one of --model DIR|NAME or --base-url URL")
+        raise ConfigError(
+            "give exactly one of --model DIR or --base-url URL (DIR: a folder or name)"
+        )
     from ..train.rollout import ClientPolicy, RolloutConfig
 
     rows = _records(tasks, "tasks")[:limit]

@@ -183,9 +183,9 @@ def _lr_at(step: int, total: int, cfg: SFTConfig, time_share: float = 0.0) -> fl
     """``time_share``: the share of ``max_minutes`` used so far (0 without a time budget)."""
     peak = cfg.peak_lr()
     warmup = int(cfg.warmup_ratio * total)
-    # 1) linear warmup
-    if step < warmup:
-        return peak * (step + 1) / warmup
+    # 1) linear warmup (with a time budget, over once that share of the time has passed)
+    if step < warmup and time_share < cfg.warmup_ratio:
+        return peak * max((step + 1) / warmup, time_share / cfg.warmup_ratio)
     # 2) cosine decay from peak to min_lr_ratio × peak, by steps or time, whichever is further
     progress = max((step - warmup) / max(1, total - warmup), time_share)
     floor = cfg.min_lr_ratio * peak
