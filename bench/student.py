@@ -113,6 +113,37 @@ def probe_scores(name: str, probe: list, policy: Any, max_new_tokens: int) -> di
     }
 
 
+class TeacherPolicy:
+    """The simulated teacher as a policy, sent each task as metadata (what the simulator
+    reads), as GCP's probe of an LLM role does."""
+
+    token_level = False
+
+    def __init__(self) -> None:
+        from trajsynth.llm.client import client_for_role
+
+        self.client = client_for_role("teacher", {"teacher": {"backend": "sim"}})
+
+    async def act(self, episode: Any, cfg: Any, seed: int) -> Any:
+        from trajsynth.core.task import GroundTruth
+        from trajsynth.stages.policies import sim_task
+        from trajsynth.train.rollout import Turn
+
+        gt = GroundTruth.from_json(episode.row.ground_truth)
+        result = await self.client.chat(
+            episode.messages,
+            episode.row.tools or None,
+            temperature=cfg.temperature,
+            seed=seed,
+            max_tokens=cfg.max_new_tokens,
+            metadata={"role": "teacher", "ground_truth": sim_task(gt)} if gt else None,
+        )
+        if not result.ok:
+            raise RuntimeError(result.error or "the simulator returned no choice")
+        choice = result.choices[0]
+        return Turn(choice.message, None, choice.finish_reason != "length", choice.format_errors)
+
+
 def local_policy(folder: str) -> Any:
     from trajsynth.train.modeling import load_student
     from trajsynth.train.rollout import LocalPolicy
@@ -141,9 +172,7 @@ def main() -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    from trajsynth.llm.client import client_for_role
     from trajsynth.llm.models import pull
-    from trajsynth.train.rollout import ClientPolicy
     from trajsynth.train.sft import SFTConfig, train_sft
 
     t_start = time.perf_counter()
@@ -154,8 +183,7 @@ def main() -> None:
     print(f"data: {len(rows)} training rows, {len(probe)} probe tasks", flush=True)
 
     results = []
-    teacher = ClientPolicy(client_for_role("teacher", {"teacher": {"backend": "sim"}}))
-    results.append(probe_scores("teacher (sim)", probe, teacher, args.max_new_tokens))
+    results.append(probe_scores("teacher (sim)", probe, TeacherPolicy(), args.max_new_tokens))
     results.append(probe_scores("smollm2 base", probe, local_policy(base_dir), args.max_new_tokens))
     print(f"base probed in {results[-1]['seconds']:.0f}s", flush=True)
 
