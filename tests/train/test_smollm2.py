@@ -68,6 +68,7 @@ def test_train_sft_lora_by_name(
     assert "<tool_call>" in (out / "chat_template.jinja").read_text()
 
 
+@pytest.mark.slow
 def test_eval_and_serve_by_name(
     smollm2: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
