@@ -301,6 +301,11 @@ def resolve_model(spec: str | Path, *, prepare: bool = True) -> str:
         return str(check_model_folder(path))
     if text.count("/") == 1 and not text.startswith((".", "/", "~")):
         return str(check_model_folder(_from_hub(text)))
+    if "/" in text or text.startswith((".", "~")):
+        raise ConfigError(
+            f"model folder {path} does not exist",
+            hint=f"registered models: {', '.join(MODELS)}; or a transformers model folder",
+        )
     raise ConfigError(
         f"unknown model {text!r}: not a registered name and no such folder",
         hint=f"registered models: {', '.join(MODELS)}; or a transformers model folder",
