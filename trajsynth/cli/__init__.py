@@ -42,6 +42,7 @@ COMMAND_MODULES = [
     "trajsynth.cli.serve",
     "trajsynth.cli.arena",
     "trajsynth.cli.train",
+    "trajsynth.cli.models",
 ]
 
 for _module in COMMAND_MODULES:

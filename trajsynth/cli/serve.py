@@ -3,6 +3,7 @@
     trajsynth serve --backend sim --port 8000
     trajsynth serve --backend sim --port 0 --latency-ms 200 --fault-rate 0.2
     trajsynth serve --backend local --model runs/tiny/artifacts/sft/final
+    trajsynth serve --backend local --model smollm2-135m
 
 It prints ``listening on http://HOST:PORT/v1`` once ready (``--port 0`` picks a free port,
 which tests read from that line) and runs until interrupted.
@@ -25,7 +26,10 @@ from . import app
 def serve(
     backend: Annotated[str, typer.Option(help="sim or local.")] = "sim",
     model: Annotated[
-        Path | None, typer.Option(help="Model folder (backend local).", show_default=False)
+        str | None,
+        typer.Option(
+            help="Model folder or name, e.g. smollm2-135m (backend local).", show_default=False
+        ),
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0 = any free port).")] = 8000,
@@ -75,12 +79,16 @@ def serve(
         name = model_name or "sim"
     elif backend == "local":
         from ..llm.local import LocalBackend
+        from ..llm.models import resolve_model
 
         if model is None:
-            raise ConfigError("--backend local needs --model PATH (a model folder)")
-        engine = LocalBackend(RoleConfig(backend="local", model=str(model)))
+            raise ConfigError("--backend local needs --model PATH|NAME (a model folder or name)")
+        folder = resolve_model(model)
+        if folder == "tiny":
+            raise ConfigError("--model tiny is built by train-sft; serve its output folder")
+        engine = LocalBackend(RoleConfig(backend="local", model=folder))
         engine.load()
-        name = model_name or model.name
+        name = model_name or (model if "/" not in model else Path(folder).name)
     else:
         raise ConfigError(f"--backend {backend!r}: choose sim or local")
 

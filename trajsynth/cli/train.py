@@ -43,12 +43,15 @@ def _require_train_extra() -> None:
             raise SystemExit(1)
 
 
-def _model_folder(model: str | Path) -> None:
-    if model != "tiny" and not (Path(model) / "config.json").is_file():
-        raise ConfigError(
-            f"{model} is not a model folder (no config.json)",
-            hint="pass --model tiny, or a folder written by `trajsynth train-sft`",
-        )
+def _model_folder(model: str | Path) -> str:
+    """``--model`` (a registered name, a folder or a hub id) → ``tiny`` or a checked folder,
+    preparing a registered model on first use."""
+    from ..llm.models import MODELS, model_status, resolve_model
+
+    name = str(model)
+    if name in MODELS and model_status(name) == "not prepared":
+        err_console.print(f"preparing {name} (once; `trajsynth models pull {name}`) ...")
+    return resolve_model(name)
 
 
 def _settings(values: dict[str, Any], sets: list[str] | None) -> dict[str, Any]:
@@ -138,15 +141,25 @@ def train_sft_command(
     data: Annotated[Path, typer.Argument(help="Trajectory shards (file or folder).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Model folder to write.")] = ...,  # type: ignore[assignment]
     model: Annotated[
-        str, typer.Option(help="`tiny` (built from the data) or a model folder.")
+        str,
+        typer.Option(
+            help="A model name (`trajsynth models list`: tiny, smollm2-135m), a model "
+            "folder, or a hub id."
+        ),
     ] = "tiny",
     epochs: Annotated[float | None, typer.Option(help="Passes over the data.")] = None,
     lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    lora_r: Annotated[
+        int | None, typer.Option(help="LoRA rank (0: full fine-tuning; pretrained models).")
+    ] = None,
     max_len: Annotated[int | None, typer.Option(help="Tokens per packed row.")] = None,
     pack: Annotated[bool | None, typer.Option("--pack/--no-pack", help="Pack sequences.")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Rows per micro-batch.")] = None,
     grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per step.")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
+    max_minutes: Annotated[
+        float | None, typer.Option(help="Stop after this many minutes of training.")
+    ] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
     precision: Annotated[str | None, typer.Option(help="auto, bf16, fp32.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
@@ -166,11 +179,13 @@ def train_sft_command(
         model=model,
         epochs=epochs,
         lr=lr,
+        lora_r=lora_r,
         max_len=max_len,
         pack=pack,
         batch_size=batch_size,
         grad_accum=grad_accum,
         max_steps=max_steps,
+        max_minutes=max_minutes,
         device=device,
         precision=precision,
         seed=seed,
@@ -178,7 +193,7 @@ def train_sft_command(
         resume=resume,
     )
     cfg = _config(SFTConfig, _settings(values, set_))
-    _model_folder(cfg.model)
+    cfg = cfg.model_copy(update={"model": _model_folder(cfg.model)})
     rows = _records(data, "data")
     progress = RichProgress(("loss", "lr", "tokens_per_s", "epoch"), quiet=quiet or as_json)
     result = train_sft(rows, out, cfg, progress=progress)
@@ -194,7 +209,9 @@ def train_sft_command(
 
 @app.command("train-grpo")
 def train_grpo_command(
-    model: Annotated[str, typer.Option(help="Starting checkpoint (a model folder).")] = ...,  # type: ignore[assignment]
+    model: Annotated[
+        str, typer.Option(help="Starting checkpoint: a model folder or name (smollm2-135m).")
+    ] = ...,  # type: ignore[assignment]
     out: Annotated[Path, typer.Option("--out", "-o", help="Model folder to write.")] = ...,  # type: ignore[assignment]
     tasks: Annotated[
         Path | None, typer.Option(help="Task rows (ground truth, tools, first request).")
@@ -243,7 +260,7 @@ def train_grpo_command(
     if temperature is not None:
         settings.setdefault("rollout", {})["temperature"] = temperature
     cfg = _config(GRPOConfig, settings)
-    _model_folder(cfg.model)
+    cfg = cfg.model_copy(update={"model": _model_folder(cfg.model)})
     make_env = reward_fn = arena_set = None
     if arenas is not None:
         from ..envs.arena import arena_training_set
@@ -279,7 +296,9 @@ def train_grpo_command(
 @app.command("eval")
 def eval_command(
     tasks: Annotated[Path, typer.Option(help="Held-out task rows.")] = ...,  # type: ignore[assignment]
-    model: Annotated[Path | None, typer.Option(help="A local model folder.")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="A model folder or name (smollm2-135m).")
+    ] = None,
     base_url: Annotated[
         str | None, typer.Option(help="An OpenAI-compatible endpoint instead of --model.")
     ] = None,
@@ -302,7 +321,9 @@ def eval_command(
 ) -> None:
     """Score a model on held-out tasks with the shared verifiers, per capability and overall."""
     if (model is None) == (base_url is None):
-        raise ConfigError("give exactly one of --model DIR or --base-url URL")
+        raise ConfigError(
+            "give exactly one of --model DIR or --base-url URL (DIR: a folder or name)"
+        )
     from ..train.rollout import ChatPlayer, RolloutConfig
 
     rows = _records(tasks, "tasks")[:limit]
@@ -311,13 +332,15 @@ def eval_command(
     cfg = RolloutConfig(temperature=temperature, max_steps=max_steps, max_new_tokens=max_new_tokens)
     if model is not None:
         _require_train_extra()
-        _model_folder(model)
+        folder = _model_folder(model)
+        if folder == "tiny":
+            raise ConfigError("--model tiny is built by train-sft; evaluate its output folder")
         from ..llm.base import RoleConfig
         from ..llm.local import LocalBackend
         from ..train.modeling import resolve_device
 
         local = {"device": resolve_device(device), "batch_size": cfg.batch_size}
-        backend = LocalBackend(RoleConfig(backend="local", model=str(model), local=local))
+        backend = LocalBackend(RoleConfig(backend="local", model=str(folder), local=local))
         player = ChatPlayer.local(backend, logprobs=True)
         name = str(model)
     else:

@@ -42,6 +42,8 @@ from typing import Any
 
 from ..core.errors import ConfigError, EndpointError
 from .base import Backend, BackendReply, ChatRequest, RawChoice, RoleConfig, TokenLogprob, Usage
+from .chat_template import chat_template, needs_tool_template
+from .models import MODELS, resolve_model
 
 __all__ = ["LocalBackend"]
 
@@ -85,7 +87,10 @@ class LocalBackend(Backend):
     def __init__(self, config: RoleConfig, *, model: Any = None, tokenizer: Any = None) -> None:
         self.config = config
         self.settings = config.local
-        self.path = Path(config.model).expanduser()
+        name = config.model
+        if name in MODELS:  # a registered name (e.g. smollm2-135m): its prepared folder
+            name = resolve_model(name)
+        self.path = Path(name).expanduser()
         if model is None and (not config.model or not self.path.is_dir()):
             raise ConfigError(
                 f"local backend: model folder {config.model!r} does not exist",
@@ -177,6 +182,8 @@ class LocalBackend(Backend):
                     tok.pad_token = tok.eos_token
                 if getattr(tok, "chat_template", None) is None:
                     raise ConfigError(f"local backend: {self.path} has no chat template")
+                if needs_tool_template(tok.chat_template):  # ChatML that cannot show tools
+                    tok.chat_template = chat_template()
                 model.to(self.settings.device).eval()
                 self._tok, self._model = tok, model
             return self._tok, self._model

@@ -3,9 +3,10 @@ per-token log-probabilities computed only where they are needed.
 
 - device ``auto``: CUDA, else Apple MPS, else CPU; precision ``auto``: bf16 autocast on CUDA
   (weights and optimizer state stay fp32), fp32 elsewhere;
-- :func:`load_student` opens a transformers folder (ours or any causal LM) and makes sure its
-  chat template has ``{% generation %}`` markers, borrowing TRL's training template for known
-  families when it does not;
+- :func:`load_student` opens a model by name or folder (:mod:`trajsynth.llm.models`) and makes
+  sure its chat template has ``{% generation %}`` markers: a ChatML model whose template
+  cannot show tools gets the tool-call template of :mod:`trajsynth.llm.chat_template`, known
+  families borrow TRL's training template;
 - :func:`selected_logprobs` runs the decoder once and applies the LM head only at the positions
   whose next token is trained on. With a loss on assistant tokens only (typically a fifth to a
   third of a tool-use conversation), this skips most of the (T × vocabulary) logits that a
@@ -79,19 +80,22 @@ def load_student(path: str | Path, device: str = "cpu") -> tuple[Any, Any]:
     folder cannot be loaded or its chat template cannot mark assistant tokens."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ..llm.chat_template import chat_template, needs_tool_template
+    from ..llm.models import resolve_model
+
     quiet_transformers()
 
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ConfigError(
-            f"{path} is not a model folder (no config.json)",
-            hint="pass --model tiny, or a folder written by `trajsynth train-sft`",
-        )
+    if str(path) == "tiny":
+        raise ConfigError("the tiny student is built from data by train-sft; pass its folder")
+    path = Path(resolve_model(path))
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32")
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load the model in {path}: {exc}") from exc
+    if needs_tool_template(getattr(tokenizer, "chat_template", None)):
+        # a ChatML model whose template cannot show tools: the tool-call template
+        tokenizer.chat_template = chat_template("signature")
     if not has_generation_markers(getattr(tokenizer, "chat_template", None)):
         try:
             from trl.chat_template_utils import get_training_chat_template

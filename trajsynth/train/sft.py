@@ -7,17 +7,22 @@ the benchmark decides). Ours computes the LM head only at the trained positions
 best-fit decreasing; TRL's mask comes from the same ``{% generation %}`` markers.
 
 1) the student: ``model="tiny"`` trains a tokenizer on the data and builds a fresh model
-   (:mod:`.tiny`); a path loads a transformers folder (:mod:`.modeling`);
+   (:mod:`.tiny`); a name (``smollm2-135m``) or a path loads a transformers folder
+   (:mod:`.modeling`); with ``lora_r`` > 0 only LoRA adapters on its linear layers are
+   trained (PyPI ``peft``; "LoRA: Low-Rank Adaptation of Large Language Models",
+   arXiv:2106.09685), and merged into the saved model;
 2) tokenize every row with the chat template and its assistant mask, then pack (:mod:`.data`):
    tool results, user turns and the system prompt carry no loss;
 3) each optimizer step takes ``grad_accum`` micro-batches; the loss is the sum of −log p over
    the masked-in tokens of all of them divided by their total count, so one micro-batch of 8
    and eight of 1 give the same gradient; bf16 autocast on CUDA, fp32 on CPU;
 4) clip the gradient norm, AdamW step, learning rate with linear warmup then cosine decay to
-   ``min_lr_ratio`` × lr;
+   ``min_lr_ratio`` × lr (with a time budget, ``max_minutes``, the decay follows whichever of
+   steps or time is further along, and training stops when the time is up);
 5) report loss, learning rate and tokens/s; every ``save_every`` steps write a checkpoint
    (model, tokenizer, optimizer, step) into ``OUT/checkpoint`` by atomic rename, so the same
-   command run again resumes where it stopped;
+   command run again resumes where it stopped (full fine-tuning; a LoRA run, minutes long on
+   a small model, writes no intermediate checkpoint and starts over);
 6) save the final model and tokenizer as a transformers folder in ``OUT``, with
    ``trajsynth_sft.json`` (config, data and result summary).
 """
@@ -57,6 +62,19 @@ class SFTConfig(StrictModel):
         "to a transformers model folder.",
     )
     tiny: TinyConfig = Field(default_factory=TinyConfig, description="Size of the tiny model.")
+    lora_r: int = Field(
+        default=0,
+        ge=0,
+        description="LoRA rank (PyPI peft) on every linear layer of a pretrained model; 0: "
+        "full fine-tuning. The adapters are merged into the saved model.",
+    )
+    lora_alpha: float = Field(default=32.0, gt=0, description="LoRA scale numerator (α / r).")
+    lora_layers: int = Field(
+        default=0,
+        ge=0,
+        description="Adapt only the top N transformer blocks (0: all). The backward pass stops "
+        "at the lowest adapted block, so a CPU step costs less.",
+    )
     epochs: float = Field(default=3.0, gt=0, description="Passes over the data.")
     max_steps: int | None = Field(
         default=None, ge=1, description="Stop after this many optimizer steps (overrides epochs)."
@@ -66,6 +84,12 @@ class SFTConfig(StrictModel):
         ge=1,
         description="At most this many optimizer steps: epochs decide unless they need more "
         "(a compute budget, e.g. for a loop whose data grows every round).",
+    )
+    max_minutes: float | None = Field(
+        default=None,
+        gt=0,
+        description="Stop after this many minutes of training (a CPU budget); the learning "
+        "rate follows whichever of steps or time is further along, so it has decayed by then.",
     )
     lr: float | None = Field(
         default=None,
@@ -96,7 +120,11 @@ class SFTConfig(StrictModel):
     log_every: int = Field(default=1, ge=1, description="Report metrics every N steps.")
 
     def peak_lr(self) -> float:
-        return self.lr if self.lr is not None else (3e-3 if self.model == "tiny" else 2e-5)
+        if self.lr is not None:
+            return self.lr
+        if self.model == "tiny":
+            return 3e-3
+        return 5e-4 if self.lora_r else 2e-5
 
     def identity(self) -> str:
         """Hash of the settings that change the result (not where or how often it saves)."""
@@ -151,14 +179,15 @@ def accumulate_gradients(
     return total, n_step
 
 
-def _lr_at(step: int, total: int, cfg: SFTConfig) -> float:
+def _lr_at(step: int, total: int, cfg: SFTConfig, time_share: float = 0.0) -> float:
+    """``time_share``: the share of ``max_minutes`` used so far (0 without a time budget)."""
     peak = cfg.peak_lr()
     warmup = int(cfg.warmup_ratio * total)
-    # 1) linear warmup
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    # 2) cosine decay from peak to min_lr_ratio × peak
-    progress = (step - warmup) / max(1, total - warmup)
+    # 1) linear warmup (with a time budget, over once that share of the time has passed)
+    if step < warmup and time_share < cfg.warmup_ratio:
+        return peak * max((step + 1) / warmup, time_share / cfg.warmup_ratio)
+    # 2) cosine decay from peak to min_lr_ratio × peak, by steps or time, whichever is further
+    progress = max((step - warmup) / max(1, total - warmup), time_share)
     floor = cfg.min_lr_ratio * peak
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
 
@@ -197,6 +226,8 @@ def train_sft(
     else:
         model, tokenizer = load_student(cfg.model, device)
     torch.manual_seed(cfg.seed)
+    if cfg.lora_r:
+        model = _with_lora(model, cfg)
 
     # 2) tokens, masks, packing
     examples, stats = tokenize_rows(tokenizer, rows, max_len=cfg.max_len, reasoning=cfg.reasoning)
@@ -227,7 +258,7 @@ def train_sft(
 
     # 3-4) optimizer
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        [p for p in model.parameters() if p.requires_grad],
         lr=cfg.peak_lr(),
         betas=(0.9, 0.95),
         weight_decay=cfg.weight_decay,
@@ -255,8 +286,12 @@ def train_sft(
     first_loss: float | None = None
     last_loss: float | None = None
     t0 = time.perf_counter()
+    budget_s = cfg.max_minutes * 60 if cfg.max_minutes else None
     while step < total_steps:
-        lr = _lr_at(step, total_steps, cfg)
+        elapsed = time.perf_counter() - t0
+        if budget_s is not None and elapsed >= budget_s:
+            break
+        lr = _lr_at(step, total_steps, cfg, elapsed / budget_s if budget_s else 0.0)
         for group in optimizer.param_groups:
             group["lr"] = lr
         micro = [micro_batch(step * cfg.grad_accum + k) for k in range(cfg.grad_accum)]
@@ -285,8 +320,13 @@ def train_sft(
                 },
             )
         at_epoch_end = (step * cfg.grad_accum) % per_epoch < cfg.grad_accum
-        if step < total_steps and (
-            (cfg.save_every and step % cfg.save_every == 0) or (not cfg.save_every and at_epoch_end)
+        if (
+            not cfg.lora_r
+            and step < total_steps
+            and (
+                (cfg.save_every and step % cfg.save_every == 0)
+                or (not cfg.save_every and at_epoch_end)
+            )
         ):
             checkpoint.save_checkpoint(
                 out,
@@ -300,6 +340,8 @@ def train_sft(
 
     # 6) the final model folder
     model.eval()
+    if cfg.lora_r:
+        model = model.merge_and_unload()
     checkpoint.save_model(out, model, tokenizer)
     result = SFTResult(
         out=str(out),
@@ -323,3 +365,37 @@ def train_sft(
     )
     checkpoint.finish(out)
     return result
+
+
+def _with_lora(model: Any, cfg: SFTConfig) -> Any:
+    """LoRA adapters (rank ``lora_r``) on every linear layer but the output head; only they
+    are trained."""
+    if cfg.model == "tiny":
+        raise ConfigError("LoRA is for a pretrained model; the tiny student trains fully")
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:
+        raise ConfigError("lora_r needs the package peft", hint="pip install peft") from exc
+    import torch
+
+    head = model.get_output_embeddings()
+    linear = sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and module is not head
+        }
+    )
+    layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+    top = None
+    if cfg.lora_layers and layers:
+        top = list(range(max(0, layers - cfg.lora_layers), layers))
+    lora = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=linear,
+        layers_to_transform=top,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
