@@ -180,3 +180,22 @@ def test_magnet_rejection_verify_on_simulated_tools(tmp_path: Path, external_dir
         assert [r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in rows] == [
             r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in again[stage]
         ], stage
+
+
+def test_tool_role_answers_through_the_llm_layer(tmp_path: Path) -> None:
+    from trajsynth.stages import Context, ContextSpec
+
+    path = TOOLS.save(tmp_path / "notes.json")
+    env_cfg = {"domains": [], "toolsets": {"notes": str(path)}}
+    plain = Context(ContextSpec(env=env_cfg)).envs.make("notes", seed=5)
+    ctx = Context(ContextSpec(env=env_cfg, llm={"tool": {"backend": "sim"}}))
+    via_role = ctx.envs.make("notes", seed=5)
+    for env in (plain, via_role):
+        env.reset()
+    a = plain.call("create_note", title="A")
+    b = via_role.call("create_note", title="A")
+    assert a.output == b.output and plain.state_hash() == via_role.state_hash()
+    got = via_role.call("get_note", note_id=b.output["note_id"])
+    assert got.ok and got.output["title"] == "A"
+    counters = ctx.metrics.snapshot()["counters"]
+    assert counters["llm.tool.requests"] == 2  # the simulator played the tool role

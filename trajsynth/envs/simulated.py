@@ -512,7 +512,7 @@ class SimulatedEnvironment(Environment):
         except ToolError as exc:
             self.db.restore(snap)
             output, error = None, exc.to_json()
-        if self.answer is not None:
+        if self.answer is not None and error is None:
             output, error = self._ask(spec, query_call, before, output, error)
         after = self.db.snapshot() if error is None else None
         self.cache.put(key, (output, error, after))
