@@ -13,7 +13,7 @@ Steps:
    a class with ``_load_scenario(config)`` (BFCL's) loads it that way, any other gets the
    config's keys set as attributes. A class with no config is used as constructed;
 3) a call: unknown tool / malformed or schema-breaking arguments → error observations, as
-   in every environment; then the method runs on a deep copy-protected object: an exception
+   in every environment; then the method runs with a copy of the arguments: an exception
    becomes ``tool_crashed`` (a :class:`~trajsynth.envs.tools.ToolError` keeps its category),
    and a returned ``{"error": message}`` (BFCL's way of refusing) becomes an ``invalid_value``
    error observation; outputs are made JSON (unknown types as text);
@@ -41,7 +41,7 @@ from ..core.task import GroundTruth
 from .base import Environment, EnvSnapshot, ToolResult
 from .spec import OPENAI_NAME, Toolset, ToolSpec
 from .state import State, StateDiff, diff
-from .tools import ToolError
+from .tools import ToolError, json_schema_of
 from .verifiers.schema import check_arguments
 
 __all__ = ["CodeEnvironment", "load_target", "spec_from_function", "toolset_from_targets"]
@@ -95,6 +95,10 @@ def _schema_of(tp: Any) -> dict[str, Any]:
         schema = _schema_of(base)
         desc = next((e for e in extras if isinstance(e, str)), None)
         return {**schema, "description": desc} if desc else schema
+    try:  # what the built-in tools' annotations map to (TypedDicts, nested lists)
+        return json_schema_of(tp)
+    except TypeError:
+        pass
     if origin is typing.Literal:
         return {"enum": list(get_args(tp))}
     if origin in (Union, types.UnionType):
@@ -129,11 +133,18 @@ def spec_from_function(name: str, fn: Callable[..., Any]) -> ToolSpec:
     parameters: dict[str, Any] = {"type": "object", "properties": props}
     if required:
         parameters["required"] = required
+    response = None
+    if hints.get("return") not in (None, type(None)):
+        try:  # a typed return (a TypedDict, a list of them) is the response schema
+            response = json_schema_of(hints["return"])
+        except TypeError:
+            response = None
     doc = inspect.getdoc(fn) or ""
     return ToolSpec(
         name=name,
         description=doc.split("\n\n")[0].replace("\n", " ").strip(),
         parameters=parameters,
+        response=response,
         source=f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', name)}",
     )
 

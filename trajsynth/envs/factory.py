@@ -126,8 +126,9 @@ class EnvFactory:
                 config if isinstance(config, EnvConfig) else EnvConfig.model_validate(config or {})
             )
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
+            errors = exc.errors()  # a toolset is a path or a mapping: report the mapping's
+            err = next((e for e in errors if "str" not in e["loc"]), errors[0])
+            where = ".".join(str(p) for p in err["loc"] if "ToolsetConfig" not in str(p))
             raise ConfigError(f"invalid env config at {where or 'env'}: {err['msg']}") from exc
         for name in self.config.domains or []:
             get_domain(name)
