@@ -5,7 +5,8 @@ The layer ``envs`` imports only ``core``. What stages use:
 - :class:`EnvFactory` (``ctx.envs``): ``domains()``, ``toolset(domain)``,
   ``make(domain, seed=, initial_state=)``, ``example_tasks(domain)``;
 - environments for imported tools: :class:`SimulatedEnvironment` (a stateful simulator,
-  the default), :class:`CodeEnvironment` (Python classes that implement them), replay;
+  the default), :class:`CodeEnvironment` (Python classes that implement them),
+  :class:`MCPEnvironment` (a Model Context Protocol server), replay;
 - :class:`Environment`: ``reset`` / ``step`` / ``format_observation``, cheap ``snapshot`` /
   ``restore``, ``state_hash`` and ``diff``;
 - :class:`ToolSpec` / :class:`Toolset` and :func:`import_tools` for specs written by others;
@@ -19,6 +20,7 @@ from .domain import Domain, DomainEnvironment
 from .domains import BUILTIN_DOMAINS, example_tasks, get_domain
 from .factory import EnvConfig, EnvFactory, ToolsetConfig
 from .importers import FORMATS, import_tools
+from .mcp import MCPConfig, MCPEnvironment
 from .recording import Recorder, RecordingEnvironment, ReplayEnvironment
 from .sandbox import Limits, Sandbox, SandboxConfig, SandboxResult
 from .simulated import SimulatedEnvironment
@@ -40,6 +42,8 @@ __all__ = [
     "ExampleTask",
     "ImportIssue",
     "Limits",
+    "MCPConfig",
+    "MCPEnvironment",
     "Observation",
     "Recorder",
     "RecordingEnvironment",

@@ -9,6 +9,7 @@ Built from the pipeline's ``defaults.env`` mapping, validated as :class:`EnvConf
           bfcl_fs: tools/fs.json           # a spec file: run by the simulator
           shop: {file: tools/shop.json, backend: replay}
           fs: {backend: code, code: ["mypkg.fs:FileSystem"]}  # classes run the calls
+          notes: {backend: mcp, mcp: {command: "python notes_server.py"}}  # or {url: ...}
         python_exec: true                  # add the sandboxed python_exec tool everywhere
         sandbox: {kind: auto, pool_size: 2, limits: {memory_mb: 256}}
         recording: record                  # off | record | replay
@@ -23,8 +24,8 @@ Built from the pipeline's ``defaults.env`` mapping, validated as :class:`EnvConf
 2) for an imported toolset, the environment of its ``backend``: ``simulated`` (the default:
    :class:`~trajsynth.envs.simulated.SimulatedEnvironment`, a stateful simulator answering in
    each tool's output schema), ``code`` (:class:`~trajsynth.envs.code.CodeEnvironment`, the
-   classes named in ``code``) or ``replay``; a simulated or code toolset is recorded too
-   under ``recording: record``;
+   classes named in ``code``), ``mcp`` (:class:`~trajsynth.envs.mcp.MCPEnvironment`, the
+   MCP server in ``mcp``) or ``replay``; recorded too under ``recording: record``;
 3) with ``recording: replay``, a :class:`~trajsynth.envs.recording.ReplayEnvironment` over
    the loaded records, for every domain.
 
@@ -46,6 +47,7 @@ from ..core.config import StrictModel
 from ..core.errors import ConfigError
 from .base import Environment
 from .domains import BUILTIN_DOMAINS, example_tasks, get_domain
+from .mcp import MCPConfig, MCPEnvironment, MCPServer
 from .recording import Recorder, RecordingEnvironment, ReplayEnvironment
 from .sandbox import Sandbox, SandboxConfig
 from .simulated import AnswerCache, Answerer, SimulatedEnvironment, with_responses
@@ -63,22 +65,28 @@ class ToolsetConfig(StrictModel):
         description="Toolset file (a toolset.json or an OpenAI tools JSON list); for `code`, "
         "optional (the methods' signatures give the specs).",
     )
-    backend: Literal["simulated", "code", "replay"] = Field(
+    backend: Literal["simulated", "code", "mcp", "replay"] = Field(
         default="simulated",
         description="simulated: a stateful simulator answers in each tool's output schema; "
-        "code: the Python classes in `code` run the calls; replay: recorded results only.",
+        "code: the Python classes in `code` run the calls; mcp: the MCP server in `mcp` "
+        "runs them; replay: recorded results only.",
     )
     code: list[str] = Field(
         default_factory=list,
         description="For `code`: import paths of the implementing classes ('pkg.mod:Class') "
         "or modules ('pkg.mod').",
     )
+    mcp: MCPConfig | None = Field(
+        default=None, description="For `mcp`: the server ({command} for stdio, or {url})."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ToolsetConfig:
         if self.backend == "code" and not self.code:
             raise ValueError("backend 'code' needs `code`: the implementing classes")
-        if self.backend != "code" and not self.file:
+        if self.backend == "mcp" and self.mcp is None:
+            raise ValueError("backend 'mcp' needs `mcp`: {command: ...} or {url: ...}")
+        if self.backend in ("simulated", "replay") and not self.file:
             raise ValueError(f"backend {self.backend!r} needs `file`: the tool specs")
         return self
 
@@ -145,6 +153,8 @@ class EnvFactory:
         #: the simulator's answering model (the ``tool`` LLM role), and its answers
         self.answer = answer
         self.answers = AnswerCache()
+        self._mcp: dict[str, MCPServer] = {}
+        self._mcp_lock = threading.Lock()
 
     def toolset_config(self, domain: str) -> ToolsetConfig:
         """How an imported toolset is executed (a bare path: simulated)."""
@@ -175,6 +185,8 @@ class EnvFactory:
                         from .code import toolset_from_targets
 
                         ts = toolset_from_targets(tc.code, name=domain, specs=ts)
+                    if tc.backend == "mcp":
+                        ts = self.mcp_server(domain).toolset(domain)
                     assert ts is not None
                     if tc.backend == "simulated":
                         ts = with_responses(ts)
@@ -214,6 +226,15 @@ class EnvFactory:
 
             self._python_exec = make_python_exec(self.sandbox)
         return self._python_exec
+
+    def mcp_server(self, domain: str) -> MCPServer:
+        """The connection to a toolset's MCP server (made on first use, shared)."""
+        with self._mcp_lock:
+            if domain not in self._mcp:
+                config = self.toolset_config(domain).mcp
+                assert config is not None
+                self._mcp[domain] = MCPServer(config)
+            return self._mcp[domain]
 
     # -- environments -----------------------------------------------------------------------
     def make(
@@ -259,6 +280,17 @@ class EnvFactory:
                 **common,
             )
             return RecordingEnvironment(env, self.recorder) if cfg.recording == "record" else env
+        if backend == "mcp":
+            env = MCPEnvironment(
+                domain,
+                self.mcp_server(domain),
+                self.toolset(domain),
+                seed=seed,
+                initial_state=initial_state,
+                validate_arguments=cfg.validate_arguments,
+                **common,
+            )
+            return RecordingEnvironment(env, self.recorder) if cfg.recording == "record" else env
         extra = [self._python_exec_tool()] if cfg.python_exec else None
         env = get_domain(domain).make(
             seed=seed,
@@ -278,6 +310,10 @@ class EnvFactory:
 
     def close(self) -> None:
         self.flush()
+        with self._mcp_lock:
+            for server in self._mcp.values():
+                server.close()
+            self._mcp.clear()
         with self._lock:
             if self._sandbox is not None:
                 self._sandbox.close()
