@@ -22,6 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install -q --no-deps bfcl-eval
 	touch $@
 
 ## the main job, offline: LoopTool's closed loop with a seeded simulated teacher and judge and a

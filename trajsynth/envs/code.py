@@ -10,8 +10,8 @@ Steps:
    without a method there are reported), else from the signatures and docstrings
    (:func:`spec_from_function`);
 2) initial state: ``initial_state`` is ``{ClassName: config}`` (BFCL's ``initial_config``);
-   a class with ``_load_scenario(config)`` (BFCL's) loads it that way, any other gets the
-   config's keys set as attributes. A class with no config is used as constructed;
+   a class with ``_load_scenario(config)`` (BFCL's) loads it that way (an empty config when
+   the task gives none, as BFCL does), any other gets the config's keys set as attributes;
 3) a call: unknown tool / malformed or schema-breaking arguments → error observations, as
    in every environment; then the method runs with a copy of the arguments: an exception
    becomes ``tool_crashed`` (a :class:`~trajsynth.envs.tools.ToolError` keeps its category),
@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from ..core.errors import ConfigError
-from ..core.ids import canonical_json, stable_hash
+from ..core.ids import stable_hash
 from ..core.schema import ToolCall
 from ..core.task import GroundTruth
 from .base import Environment, EnvSnapshot, ToolResult
@@ -168,8 +168,23 @@ def toolset_from_targets(
     return Toolset(name=name, tools=tools, format="code")
 
 
+def _default(obj: Any) -> Any:
+    """Numbers JSON does not know (mpmath, numpy, Decimal) as floats; sets sorted; else text."""
+    if hasattr(obj, "__float__") and not isinstance(obj, (str, bytes)):
+        try:
+            return float(obj)
+        except (TypeError, ValueError):
+            pass
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=repr)
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return str(obj)
+
+
 def _jsonable(value: Any) -> Any:
-    return json.loads(canonical_json(value))
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=_default)
+    return json.loads(text)
 
 
 def _attributes(obj: Any) -> dict[str, Any]:
@@ -213,15 +228,13 @@ class CodeEnvironment(Environment):
         for target in self.targets:
             cls_name, make = load_target(target)
             obj = make()
-            config = (initial_state or {}).get(cls_name)
-            if config is not None:
-                config = copy.deepcopy(config)
-                loader = getattr(obj, "_load_scenario", None)
-                if callable(loader):
-                    loader(config)
-                elif isinstance(config, Mapping):
-                    for k, v in config.items():
-                        setattr(obj, k, v)
+            config = copy.deepcopy((initial_state or {}).get(cls_name))
+            loader = getattr(obj, "_load_scenario", None)
+            if callable(loader):  # BFCL's classes load even an empty scenario (defaults)
+                loader(config if config is not None else {})
+            elif isinstance(config, Mapping):
+                for k, v in config.items():
+                    setattr(obj, k, v)
             self.objects[cls_name] = obj
             for method in _methods(obj):
                 self.routes.setdefault(method, (cls_name, method))
