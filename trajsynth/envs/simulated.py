@@ -20,8 +20,10 @@ Steps of one call:
    from an id parameter (``order_id`` → ``order``) or from the rest of its name
    (``create_order`` → ``order``);
 3) ids are checked against the ledger: an id-like argument (``id``, ``*_id``, ``*Id``) of a
-   kind the ledger knows must name an entity of that kind, else ``not_found``; a create with
-   an id the ledger already holds is a ``conflict``;
+   kind some tool creates, lists or returns must name an entity of that kind, else
+   ``not_found``; an id of a kind no tool produces is one the user knows from elsewhere: its
+   entity is made (seeded by the id) and kept. A ``create``/``register`` with an id the
+   ledger holds is a ``conflict``; ``book``/``reserve``/... of an existing id act on it;
 4) the effect on the ledger: create puts a new record (its id drawn from the seed and the
    state, or the one given), update merges the scalar arguments into the record, delete
    removes it; read, search and compute change nothing;
@@ -122,6 +124,9 @@ _STATUS = {
     "pause": "paused",
     "resume": "active",
 }
+#: verbs whose given id must be new (others, like book or reserve, act on an existing one)
+_STRICT_CREATE = {"create", "register", "insert", "new"}
+
 #: words that end the entity part of a name (``find_user_by_email`` → ``user``)
 _STOP = {"by", "for", "with", "from", "in", "on", "to", "using", "via", "at"}
 
@@ -181,6 +186,7 @@ class ToolEffect:
     kind: str
     key: str | None
     status: str | None = None  # what an update sets ``status`` to (cancel → cancelled)
+    verb: str = ""
 
 
 def tool_effect(spec: ToolSpec) -> ToolEffect:
@@ -211,7 +217,7 @@ def tool_effect(spec: ToolSpec) -> ToolEffect:
     kind = (id_kind(key) if key else None) or noun
     if action in ("read", "update", "delete") and key is None:
         action = "compute"
-    return ToolEffect(action, kind, key, _STATUS.get(verb) if action == "update" else None)
+    return ToolEffect(action, kind, key, _STATUS.get(verb) if action == "update" else None, verb)
 
 
 # --------------------------------------------------------------------------------------
@@ -446,6 +452,7 @@ class SimulatedEnvironment(Environment):
         self.validate_arguments = validate_arguments
         self.effects = {t.name: tool_effect(t) for t in self.toolset}
         self._id_fields = _id_fields(self.toolset, self.effects)
+        self._closed = _closed_kinds(toolset, self.effects)
         self.db = State()
         self._load(seed, self.initial_state)
 
@@ -466,6 +473,16 @@ class SimulatedEnvironment(Environment):
                 rows[str(new_id)] = record
             tables[kind] = rows
         return tables
+
+    def _entity(self, kind: str, ident: Any) -> dict[str, Any]:
+        """A record for an id of a kind no tool produces (the user knows it from elsewhere):
+        seeded by (seed, kind, id), so it is the same whenever it is first named."""
+        rng = random.Random(seed_from("simulated.entity", self.domain, self.seed, kind, ident))
+        fields = self._id_fields.get(kind)
+        record: dict[str, Any] = {f: ident for f in (fields.id_names if fields else ["id"])}
+        for fname, fschema in sorted((fields.fields if fields else {}).items()):
+            record.setdefault(fname, make_value(fname, fschema, rng))
+        return record
 
     def _load(self, seed: int, initial_state: Mapping[str, Any] | None) -> None:
         self.db = State(self.population(seed))
@@ -531,8 +548,11 @@ class SimulatedEnvironment(Environment):
             if kind is None or kind not in self.db.tables() or (creating and kind == effect.kind):
                 continue
             for v in value if isinstance(value, list) else [value]:
-                if not self.db.has(kind, str(v)):
+                if self.db.has(kind, str(v)):
+                    continue
+                if kind in self._closed:
                     raise ToolError("not_found", f"no {kind.replace('_', ' ')} with id {v!r}")
+                self.db.put(kind, str(v), self._entity(kind, v))  # an id only the user knows
         scalars = {k: v for k, v in args.items() if not isinstance(v, (dict, list))}
         kind = effect.kind
         fields = self._id_fields.get(kind)
@@ -540,7 +560,16 @@ class SimulatedEnvironment(Environment):
         if creating:  # 4)
             given = args.get(effect.key) if effect.key else None
             if given is not None and self.db.has(kind, str(given)):
-                raise ToolError("conflict", f"{kind.replace('_', ' ')} {given!r} already exists")
+                if effect.verb in _STRICT_CREATE:
+                    raise ToolError(
+                        "conflict", f"{kind.replace('_', ' ')} {given!r} already exists"
+                    )
+                # book / reserve / buy an existing entity: the call acts on it
+                changes = {k: v for k, v in scalars.items() if k != effect.key}
+                record = {**self.db.get(kind, str(given)), **changes}
+                self.db.put(kind, str(given), record)
+                facts = {"status": "confirmed", "success": True, **record}
+                return _answer(spec, facts, rng, result=record)
             new_id = given if given is not None else _new_id(kind, _id_schema(fields), rng)
             record = {**{k: v for k, v in args.items() if v is not None}}
             record.update({f: new_id for f in id_names})
@@ -712,6 +741,26 @@ def with_responses(toolset: Toolset) -> Toolset:
         tools.append(spec.model_copy(update={"response": response, "extra": extra}))
     data = {k: getattr(toolset, k) for k in type(toolset).model_fields if k != "tools"}
     return Toolset(**data, tools=tools)
+
+
+def _closed_kinds(toolset: Toolset, effects: Mapping[str, ToolEffect]) -> set[str]:
+    """Kinds whose ids a task can only get from a tool (one creates or lists them, or a
+    declared response carries them): an unknown id of these is an error. Ids of other kinds
+    are known to the user from elsewhere, and the world takes them."""
+    closed = {e.kind for e in effects.values() if e.action in ("create", "search")}
+
+    def walk(schema: Any, depth: int) -> None:
+        if not isinstance(schema, Mapping) or depth > 4:
+            return
+        for name, sub in (schema.get("properties") or {}).items():
+            if isinstance(sub, Mapping) and is_id_param(name, sub) and (k := id_kind(name)):
+                closed.add(k)
+            walk(sub, depth + 1)
+        walk(schema.get("items"), depth + 1)
+
+    for spec in toolset:
+        walk(spec.response, 0)
+    return closed
 
 
 def _scalar(schema: Mapping[str, Any]) -> bool:
