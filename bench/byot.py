@@ -11,7 +11,7 @@ no implementation (so it runs in the ``simulated`` environment, the default):
   without an error within 4 draws; baseline in the same run: the ``replay`` environment that
   imported toolsets used before (it answers only recorded calls);
 - ``tasks``: Magnet tasks made (``magnet_tasks``, lexical graph, ``TASKS`` asked), then
-  rejection sampling (2 rollouts each) and ``verify``; ``verified_share``: share of the
+  rejection sampling (4 rollouts each) and ``verify``; ``verified_share``: share of the
   tasks with a rollout that passes the independent replay; ``verified``: their number;
 - ``seconds``: wall time of the collection (import, executability, pipeline);
 - ``graph_s_4k``: the function-signature graph with the default similarity on 4,000 tools
@@ -41,7 +41,7 @@ from trajsynth.store import read_records
 
 QUICK = "--quick" in sys.argv
 NO_GRAPH = "--no-graph" in sys.argv
-TASKS = 8 if QUICK else 24
+TASKS = 8 if QUICK else 30
 SAMPLE = 100 if QUICK else 400
 GRAPH_TIMEOUT = 300
 EXTERNAL = Path(
@@ -83,9 +83,10 @@ def pipeline(name: str, path: Path, out: Path) -> tuple[int, int]:
         f"defaults.env.toolsets={{{name}: {path}}}",
         "defaults.env.domains=[]",
         f"stages.tasks.with.tasks_per_domain={TASKS}",
+        f"stages.tasks.with.max_candidates={10 * TASKS}",
         "stages.tasks.with.graph.similarity=lexical",
         "stages.tasks.with.distractors=6",
-        "stages.rollouts.with.n=2",
+        "stages.rollouts.with.n=4",
     ]
     result = run_pipeline("rejection", out=out, overrides=overrides)
     tasks = read_records(result.output("tasks"))

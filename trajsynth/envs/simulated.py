@@ -414,8 +414,15 @@ class AnswerCache:
         with self._lock:
             return self._answers.get(key)
 
+    #: answers kept at most (then the oldest half is dropped; a dropped answer is recomputed
+    #: identically, so this bounds memory, never changes a result)
+    LIMIT = 200_000
+
     def put(self, key: str, value: Any) -> None:
         with self._lock:
+            if len(self._answers) >= self.LIMIT:
+                for old in list(self._answers)[: self.LIMIT // 2]:
+                    del self._answers[old]
             self._answers.setdefault(key, value)
 
     def __len__(self) -> int:
