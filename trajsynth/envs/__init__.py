@@ -4,6 +4,9 @@ The layer ``envs`` imports only ``core``. What stages use:
 
 - :class:`EnvFactory` (``ctx.envs``): ``domains()``, ``toolset(domain)``,
   ``make(domain, seed=, initial_state=)``, ``example_tasks(domain)``;
+- environments for imported tools: :class:`SimulatedEnvironment` (a stateful simulator,
+  the default), :class:`CodeEnvironment` (Python classes that implement them),
+  :class:`MCPEnvironment` (a Model Context Protocol server), replay;
 - :class:`Environment`: ``reset`` / ``step`` / ``format_observation``, cheap ``snapshot`` /
   ``restore``, ``state_hash`` and ``diff``;
 - :class:`ToolSpec` / :class:`Toolset` and :func:`import_tools` for specs written by others;
@@ -12,12 +15,15 @@ The layer ``envs`` imports only ``core``. What stages use:
 """
 
 from .base import Environment, EnvSnapshot, Observation, StepResult, ToolResult, parse_action
+from .code import CodeEnvironment
 from .domain import Domain, DomainEnvironment
 from .domains import BUILTIN_DOMAINS, example_tasks, get_domain
-from .factory import EnvConfig, EnvFactory
+from .factory import EnvConfig, EnvFactory, ToolsetConfig
 from .importers import FORMATS, import_tools
+from .mcp import MCPConfig, MCPEnvironment
 from .recording import Recorder, RecordingEnvironment, ReplayEnvironment
 from .sandbox import Limits, Sandbox, SandboxConfig, SandboxResult
+from .simulated import SimulatedEnvironment
 from .spec import ImportIssue, Toolset, ToolSpec
 from .state import Snapshot, State, StateDiff, diff
 from .tasks import ExampleTask
@@ -26,6 +32,7 @@ from .tools import ToolError, ToolImpl, tool
 __all__ = [
     "BUILTIN_DOMAINS",
     "FORMATS",
+    "CodeEnvironment",
     "Domain",
     "DomainEnvironment",
     "EnvConfig",
@@ -35,6 +42,8 @@ __all__ = [
     "ExampleTask",
     "ImportIssue",
     "Limits",
+    "MCPConfig",
+    "MCPEnvironment",
     "Observation",
     "Recorder",
     "RecordingEnvironment",
@@ -42,6 +51,7 @@ __all__ = [
     "Sandbox",
     "SandboxConfig",
     "SandboxResult",
+    "SimulatedEnvironment",
     "Snapshot",
     "State",
     "StateDiff",
@@ -51,6 +61,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "Toolset",
+    "ToolsetConfig",
     "diff",
     "example_tasks",
     "get_domain",

@@ -230,7 +230,12 @@ class Context:
             if self._envs is None:
                 from ..envs import EnvFactory
 
-                self._envs = EnvFactory(self.spec.env)
+                answer = None
+                if "tool" in self.spec.llm:  # an LLM answers simulated tools' calls
+                    from ..llm.tool_role import tool_answerer
+
+                    answer = tool_answerer(self.spec.llm, spec=self.spec, metrics=self.metrics)
+                self._envs = EnvFactory(self.spec.env, answer=answer)
             return self._envs
 
     # -- artifacts ------------------------------------------------------------------------

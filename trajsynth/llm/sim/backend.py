@@ -39,6 +39,7 @@ from .contracts import (
     ReflectorMeta,
     RewriterMeta,
     SimConfig,
+    ToolMeta,
     UserMeta,
     VerifierMeta,
 )
@@ -59,6 +60,7 @@ _CONTRACTS: dict[str, type[BaseModel]] = {
     "rewriter": RewriterMeta,
     "reflector": ReflectorMeta,
     "expander": ExpanderMeta,
+    "tool": ToolMeta,
 }
 
 
@@ -134,6 +136,8 @@ class SimBackend(Backend):
             return reflect(meta, tools, cfg, rng)
         if behaviour == "expander":
             return expand(meta, tools, cfg, rng)
+        if behaviour == "tool":
+            return SimOutput(content=json.dumps(meta.proposal, ensure_ascii=False))
         return _generic(msgs, key)
 
     def _render(

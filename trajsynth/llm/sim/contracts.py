@@ -24,6 +24,7 @@ verifier       verifier                 :class:`VerifierMeta` → JSON ``{"corre
 rewriter       rewriter                 :class:`RewriterMeta` → ECHO JSON
 reflector      reflector                :class:`ReflectorMeta` → a STeCa thought
 expander       expander, generator      :class:`ExpanderMeta` → ``INPUT: … OUTPUT: …``
+tool           tool, tool_simulator     :class:`ToolMeta` → the tool's output as JSON
 =============  =======================  ================================================
 """
 
@@ -51,6 +52,7 @@ __all__ = [
     "RewriterMeta",
     "SimConfig",
     "SkillProfile",
+    "ToolMeta",
     "UserMeta",
     "VerifierMeta",
 ]
@@ -73,6 +75,8 @@ ROLE_BEHAVIOURS: dict[str, str] = {
     "reflector": "reflector",
     "expander": "expander",
     "generator": "expander",
+    "tool": "tool",
+    "tool_simulator": "tool",
 }
 
 #: per-call error kinds (mutually exclusive per call) and per-turn error kinds
@@ -395,3 +399,24 @@ class ExpanderMeta(_Meta):
     variation: str | None = None
     tools: list[dict[str, Any]] | None = None
     garbage_rate: float | None = Field(None, ge=0, le=1)
+
+
+class ToolMeta(_Meta):
+    """tool: answers one call of a tool that has only a spec (the ``simulated`` environment).
+
+    The environment keeps the ledger (what earlier calls created or changed) and proposes a
+    schema-valid answer grounded in it; the simulator returns that answer as JSON
+    (``{"error": {...}}`` for a refused call), so an offline run answers exactly as the
+    environment would without a model, through the same role a real model plays.
+    """
+
+    seed: int = Field(description="The environment's seed.")
+    state_hash: str = Field(description="Hash of the state the call runs in.")
+    tool: dict[str, Any] = Field(description="The spec: name, description, parameters, response.")
+    call: dict[str, Any] = Field(description="{name, arguments}.")
+    ledger: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Entity tables the call involves: kind → id → record."
+    )
+    proposal: dict[str, Any] = Field(
+        description="The environment's answer: {output} or {error: {type, message}}."
+    )

@@ -185,13 +185,19 @@ class ValuePool:
             if pool:
                 return rng.sample(pool, min(len(pool), rng.randint(1, 2)))
             return [self.invent(single, items, rng)]
-        if t == "object":
-            return {}
+        if t == "object":  # the required fields, each drawn like a parameter of its name
+            props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+            required = [r for r in schema.get("required") or [] if r in props]
+            return {r: self._draw(r, props[r], rng) for r in required}
         if "date" in desc or "yyyy-mm-dd" in desc:
             return rng.choice(self.dates) if self.dates else "2025-07-01"
         if "hh:mm" in desc or "time" in param:
             return f"{rng.choice([9, 10, 11, 13, 14, 15, 16]):02d}:{rng.choice(['00', '30'])}"
         return " ".join(rng.sample(_WORDS, 2))
+
+    def _draw(self, param: str, schema: dict[str, Any], rng: random.Random) -> Any:
+        pool = self.candidates("", param, schema)
+        return rng.choice(pool) if pool else self.invent(param, schema, rng)
 
     def arguments(
         self,
