@@ -39,10 +39,10 @@ from ..core.ids import stable_hash
 from ..core.schema import ToolCall
 from ..core.task import GroundTruth
 from .base import Environment, EnvSnapshot, ToolResult
+from .calls import error_result, read_arguments
 from .spec import OPENAI_NAME, Toolset, ToolSpec
 from .state import State, StateDiff, diff
 from .tools import ToolError, json_schema_of
-from .verifiers.schema import check_arguments
 
 __all__ = ["CodeEnvironment", "load_target", "spec_from_function", "toolset_from_targets"]
 
@@ -255,26 +255,18 @@ class CodeEnvironment(Environment):
     def _execute(self, call: ToolCall) -> ToolResult:
         spec = self.toolset.get(call.name)
         route = self.routes.get(call.name)
-        if spec is None or route is None:
-            return _error(call, None, "unknown_tool", f"unknown tool {call.name!r}")
-        try:
-            args = json.loads(call.arguments) if call.arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return _error(call, None, "malformed_arguments", f"arguments are not JSON ({exc.msg})")
-        if not isinstance(args, dict):
-            return _error(call, None, "malformed_arguments", "arguments must be a JSON object")
-        if self.validate_arguments:
-            issues = check_arguments(spec, args)
-            if issues:
-                return _error(call, args, issues[0].category, "; ".join(i.message for i in issues))
+        args = read_arguments(call, spec if route else None, validate=self.validate_arguments)
+        if isinstance(args, ToolResult):
+            return args
+        assert spec is not None and route is not None
         obj = self.objects[route[0]]
         self._hash = None
         try:
             output = getattr(obj, route[1])(**copy.deepcopy(args))
         except ToolError as exc:
-            return _error(call, args, exc.category, exc.message)
+            return error_result(call, args, exc.category, exc.message)
         except Exception as exc:  # the implementation's own failure, shown to the model
-            return _error(call, args, "tool_crashed", f"{type(exc).__name__}: {exc}")
+            return error_result(call, args, "tool_crashed", f"{type(exc).__name__}: {exc}")
         output = _jsonable(output)
         if (
             self.error_key
@@ -282,7 +274,7 @@ class CodeEnvironment(Environment):
             and set(output) == {self.error_key}
             and isinstance(output[self.error_key], str)
         ):
-            return _error(call, args, "invalid_value", output[self.error_key])
+            return error_result(call, args, "invalid_value", output[self.error_key])
         return ToolResult(call.id, call.name, args, output=output)
 
     # 4) state
@@ -315,10 +307,3 @@ class CodeEnvironment(Environment):
         before = State({n: _jsonable(attrs) for n, attrs in a.state.items()})
         after = State(_jsonable(b.state) if b is not None else self.state())
         return diff(before, after)
-
-
-def _error(call: ToolCall, args: dict[str, Any] | None, category: str, message: str) -> ToolResult:
-    return ToolResult(
-        call_id=call.id, name=call.name, arguments=args,
-        error=ToolError(category, message).to_json(),
-    )  # fmt: skip

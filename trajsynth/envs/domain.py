@@ -19,7 +19,6 @@ builds the initial tables for a seed, and its hand-written example tasks. A
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,10 +27,10 @@ from typing import Any
 from ..core.schema import ToolCall
 from ..core.task import GroundTruth
 from .base import Environment, EnvSnapshot, ToolResult
+from .calls import error_result, read_arguments
 from .spec import Toolset
 from .state import Snapshot, State, StateDiff, diff
 from .tools import ToolError, ToolImpl
-from .verifiers.schema import check_arguments
 
 __all__ = ["Domain", "DomainEnvironment", "apply_overrides"]
 
@@ -138,18 +137,10 @@ class DomainEnvironment(Environment):
     # 2) execute
     def _execute(self, call: ToolCall) -> ToolResult:
         impl = self.impls.get(call.name)
-        if impl is None:
-            return _error(call, None, "unknown_tool", f"unknown tool {call.name!r}")
-        try:
-            args = json.loads(call.arguments) if call.arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return _error(call, None, "malformed_arguments", f"arguments are not JSON ({exc.msg})")
-        if not isinstance(args, dict):
-            return _error(call, None, "malformed_arguments", "arguments must be a JSON object")
-        if self.validate_arguments:
-            issues = check_arguments(impl.spec, args)
-            if issues:
-                return _error(call, args, issues[0].category, "; ".join(i.message for i in issues))
+        args = read_arguments(call, impl.spec if impl else None, validate=self.validate_arguments)
+        if isinstance(args, ToolResult):
+            return args
+        assert impl is not None
         # 3) atomic writes
         before = self.db.snapshot() if impl.writes else None
         try:
@@ -157,12 +148,12 @@ class DomainEnvironment(Environment):
         except ToolError as exc:
             if before is not None:
                 self.db.restore(before)
-            return _error(call, args, exc.category, exc.message)
+            return error_result(call, args, exc.category, exc.message)
         except Exception as exc:  # a bug in a tool: reported as data, logged for us
             if before is not None:
                 self.db.restore(before)
             log.warning("tool %s crashed: %r", call.name, exc, exc_info=True)
-            return _error(call, args, "tool_crashed", f"{type(exc).__name__}: {exc}")
+            return error_result(call, args, "tool_crashed", f"{type(exc).__name__}: {exc}")
         return ToolResult(call_id=call.id, name=call.name, arguments=args, output=output)
 
     def _is_terminal(self, name: str) -> bool:
@@ -184,12 +175,3 @@ class DomainEnvironment(Environment):
 
     def diff(self, a: EnvSnapshot, b: EnvSnapshot | None = None) -> StateDiff:
         return diff(a.state, self.db if b is None else b.state)
-
-
-def _error(call: ToolCall, args: dict[str, Any] | None, category: str, message: str) -> ToolResult:
-    return ToolResult(
-        call_id=call.id,
-        name=call.name,
-        arguments=args,
-        error=ToolError(category, message).to_json(),
-    )

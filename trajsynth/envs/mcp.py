@@ -49,10 +49,10 @@ from ..core.ids import canonical_json, stable_hash
 from ..core.schema import ToolCall
 from ..core.task import GroundTruth
 from .base import Environment, EnvSnapshot, ToolResult
+from .calls import read_arguments
 from .spec import Toolset, ToolSpec
 from .state import State, StateDiff, diff
 from .tools import ToolError
-from .verifiers.schema import check_arguments
 
 __all__ = ["MCPConfig", "MCPEnvironment", "MCPServer"]
 
@@ -307,18 +307,10 @@ class MCPEnvironment(Environment):
 
     def _execute(self, call: ToolCall) -> ToolResult:
         spec = self.toolset.get(call.name)
-        if spec is None:
-            return _error(call, None, "unknown_tool", f"unknown tool {call.name!r}")
-        try:
-            args = json.loads(call.arguments) if call.arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return _error(call, None, "malformed_arguments", f"arguments are not JSON ({exc.msg})")
-        if not isinstance(args, dict):
-            return _error(call, None, "malformed_arguments", "arguments must be a JSON object")
-        if self.validate_arguments:
-            issues = check_arguments(spec, args)
-            if issues:
-                return _error(call, args, issues[0].category, "; ".join(i.message for i in issues))
+        args = read_arguments(call, spec, validate=self.validate_arguments)
+        if isinstance(args, ToolResult):
+            return args
+        assert spec is not None
         with self.server.lock:
             self.server.ensure(self.calls)
             output, error = self.server.call(spec.name, args)
@@ -359,10 +351,3 @@ class MCPEnvironment(Environment):
                           for k, v in found.items()})  # fmt: skip
 
         return diff(tables(a.state), tables(self.calls if b is None else b.state))
-
-
-def _error(call: ToolCall, args: dict[str, Any] | None, category: str, message: str) -> ToolResult:
-    return ToolResult(
-        call_id=call.id, name=call.name, arguments=args,
-        error=ToolError(category, message).to_json(),
-    )  # fmt: skip

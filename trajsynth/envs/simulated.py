@@ -58,11 +58,12 @@ from ..core.ids import canonical_json, seed_from, stable_hash
 from ..core.schema import ToolCall
 from ..core.task import GroundTruth
 from .base import Environment, EnvSnapshot, ToolResult
+from .calls import read_arguments
 from .domain import apply_overrides
 from .spec import Toolset, ToolSpec
 from .state import Snapshot, State, StateDiff, diff
 from .tools import ToolError
-from .verifiers.schema import check_arguments, type_ok
+from .verifiers.schema import type_ok
 
 __all__ = [
     "AnswerCache",
@@ -507,18 +508,10 @@ class SimulatedEnvironment(Environment):
     # 1-5) one call
     def _execute(self, call: ToolCall) -> ToolResult:
         spec = self.toolset.get(call.name)
-        if spec is None:
-            return _error(call, None, "unknown_tool", f"unknown tool {call.name!r}")
-        try:
-            args = json.loads(call.arguments) if call.arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return _error(call, None, "malformed_arguments", f"arguments are not JSON ({exc.msg})")
-        if not isinstance(args, dict):
-            return _error(call, None, "malformed_arguments", "arguments must be a JSON object")
-        if self.validate_arguments:
-            issues = check_arguments(spec, args)
-            if issues:
-                return _error(call, args, issues[0].category, "; ".join(i.message for i in issues))
+        args = read_arguments(call, spec, validate=self.validate_arguments)
+        if isinstance(args, ToolResult):
+            return args
+        assert spec is not None
         before = self.db.hash()
         query_call = {"name": spec.name, "arguments": json.loads(canonical_json(args))}
         key = stable_hash([self.seed, before, query_call])
@@ -816,10 +809,3 @@ def _answer(
     if rows is not None and isinstance(value, list):
         return value
     return value
-
-
-def _error(call: ToolCall, args: dict[str, Any] | None, category: str, message: str) -> ToolResult:
-    return ToolResult(
-        call_id=call.id, name=call.name, arguments=args,
-        error=ToolError(category, message).to_json(),
-    )  # fmt: skip
