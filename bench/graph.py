@@ -29,7 +29,7 @@ copies to reach 4,000).
 
 Nothing here is a test: it prints a table, then one JSON line.
 
-Run: PYTHONPATH=. python bench/graph.py [--external DIR] [--quick]
+Run: PYTHONPATH=. python bench/graph.py [--external DIR] [--quick] [--misses]
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import os
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ from trajsynth.envs.spec import Toolset
 from trajsynth.graph import GraphConfig, build_graph
 
 QUICK = "--quick" in sys.argv
+MISSES = "--misses" in sys.argv  # print the gold pairs the default graph misses most
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -298,6 +300,15 @@ def main() -> None:
             continue
         for label, config in configs.items():
             graphs = [(build_graph(ts, config), pairs) for ts, pairs in found]
+            if MISSES and label == "default":
+                missed = Counter(
+                    p
+                    for g, ps in graphs
+                    for p in ps
+                    if p[0] in g.fg and p[1] in g.fg and not g.fg.has_edge(*p)
+                )
+                for (a, b), n in missed.most_common(12):
+                    print(f"  {source} missed {n:>3}× {a} → {b}")
             rows[f"{source}/{label}"] = {
                 **score([(set(g.fg.edges), g.functions, p) for g, p in graphs]),
                 "similarity": graphs[0][0].similarity,

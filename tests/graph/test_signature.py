@@ -328,3 +328,64 @@ def test_big_toolsets_block_by_neighbours_and_shared_names(
     }
     monkeypatch.setattr(sig, "EMBEDDING_MAX_TOOLS", 10)
     assert build_graph(ts, GraphConfig()).similarity == "lexical"  # auto above the limit
+
+
+def _desc(type_: str, description: str, **kw: object) -> dict:
+    return {"type": type_, "description": description, **kw}
+
+
+def test_a_list_of_scalars_is_named_by_its_description(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The items of ``favourites[]`` have no name of their own: "List of ticker symbols"
+    names them, so they feed ``symbol``; an id parameter needs a name, not a description."""
+    favourites = {
+        "type": "object",
+        "properties": {
+            "favourites": _desc(
+                "array", "List of the ticker symbols of followed stocks.", items={"type": "string"}
+            ),
+            "notified": _desc(
+                "array", "Contact ids that were sent a reminder message.", items={"type": "string"}
+            ),
+        },
+    }
+    ts = Toolset(
+        name="t",
+        tools=[
+            _fn("list_favourites", {}, favourites),
+            _fn("get_quote", {"symbol": _desc("string", "Symbol of a stock to quote.")}),
+            _fn("read_message", {"message_id": _desc("string", "The message to read.")}),
+            _fn("get_contact", {"contact_id": _desc("string", "The contact to show.")}),
+        ],
+    )
+    g = build_graph(ts, LEX)
+    assert [(f.field, f.param, f.score) for f in g.feeds("list_favourites", "get_quote")] == [
+        ("favourites[]", "symbol", 0.55)  # 0.5 * 0.6 (named) + 0.5 * 0.5 (description)
+    ]
+    assert not g.feeds("list_favourites", "read_message")  # "message" names no message ids
+    assert not g.feeds("list_favourites", "get_contact")
+    # without the rule the names share nothing: max(0.5 * 0.5, 0.5 - 0.15) = 0.35 < 0.5
+    monkeypatch.setattr(sig, "_NAMED_BY_TEXT", 0.0)
+    assert not build_graph(ts, LEX).feeds("list_favourites", "get_quote")
+
+
+def test_an_untyped_lookup_feeds_ids_its_record_relates_to() -> None:
+    """``get_part(part_id)`` answers with the part's record (no response schema): it feeds a
+    ``variant_ids`` parameter whose description names parts, not one that names nothing,
+    and a tool that takes two ids looks nothing up."""
+    variant = _desc("array", "Variants to order, each of the same part.", items={"type": "string"})
+    ts = Toolset(
+        name="t",
+        tools=[
+            _fn("get_part", {"part_id": _desc("string", "The part id.")}),
+            _fn("swap_variants", {"variant_ids": variant}),
+            _fn("drop_variants", {"variant_ids": _desc("array", "Variants to drop.")}),
+            _fn("move_part", {"part_id": {"type": "string"}, "bin_id": {"type": "string"}}),
+            _fn("empty_bin", {"variant_ids": variant}),
+        ],
+    )
+    g = build_graph(ts, LEX)
+    assert [(f.field, f.param, f.score) for f in g.feeds("get_part", "swap_variants")] == [
+        ("result", "variant_ids", 0.6111)  # 0.5 * 1 (names its part) + 0.5 * 0.22
+    ]
+    assert not g.feeds("get_part", "drop_variants")
+    assert not g.feeds("move_part", "swap_variants")

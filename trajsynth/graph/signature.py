@@ -30,8 +30,14 @@ can be passed as that argument. Built in networkx, in these steps:
    share of the parameter's words that the tool's name holds (its description too, for an
    id: "details of a user, including their orders" holds order ids), and an untyped result
    feeds only a parameter it names at least half of (so it does not feed everything); ids
-   of different things never match (``user_id`` does not feed ``booking_id``);
-   ``description`` is the
+   of different things never match (``user_id`` does not feed ``booking_id``). Where the
+   names say nothing, descriptions may: the items of a list of scalars, which have no name
+   of their own, score 0.6 against a non-id parameter when the list's description names the
+   parameter's thing ("List of ticker symbols" → ``symbol``) or the parameter's description
+   names the list's (``ports[]`` → "code of the port of departure"); the undescribed result
+   of a tool that looks one thing up by its one required id (``get_part(part_id)``, the
+   part's record) scores 1 against another thing's id whose description names it
+   ("variant ids, each of the same part"); ``description`` is the
    similarity of "field path + description" and "parameter + description" from the injected
    scorer: lexical (TF cosine of content words) or all-MiniLM-L6-v2 sentence embeddings
    (``trajsynth.core.embeddings``; ``auto`` uses them when the ``embed`` extra is installed
@@ -110,6 +116,8 @@ _STOP = frozenset(
 #: words that say nothing about *which* value a field holds
 _GENERIC = frozenset({"id", "ids", "name", "value", "type", "kind", "data", "info", "result"})
 _ID_WORD = re.compile(r"(^|_)(id|ids|uuid|key|token|code)$|Id$|ID$")
+#: a reference to a record (not a credential or a code): ``…_id``, ``…_ids``, ``…Id``, ``uuid``
+_REF_WORD = re.compile(r"(^|_)(id|ids|uuid)$|I[dD]s?$")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d+[A-Za-z]+\w*")
 UNTYPED = "any"
@@ -701,6 +709,44 @@ def _mentions(description: str, tool: str) -> bool:
     )
 
 
+#: the name score of a list's items and a parameter whose names differ but one side's
+#: description names the other's thing ("List of ticker symbols" → ``symbol``; ``ports[]``
+#: → a ``sail_from`` described as "code of the port of departure")
+_NAMED_BY_TEXT = 0.6
+
+
+def _head(name: str) -> str:
+    """The thing a name names: its last content word (``nearest_port`` → ``port``,
+    ``ticker_list`` → ``list``), '' when it has none (``id``, ``value``)."""
+    content = [w for w in words(name) if w not in _GENERIC]
+    return content[-1] if content else ""
+
+
+def _names_other(f: ReturnField, param: str, schema: dict[str, Any]) -> bool:
+    """For the items of a list of scalars (``favourites[]``), which have no name of their
+    own: does the list's description name the parameter's thing ("List of ticker symbols"
+    → ``symbol``), or the parameter's description the list's ("code of the port of
+    departure" ← ``ports[]``), as a word, plural or not? Never for an id parameter: ids
+    come from names ("Contact ids that were sent a message" holds no message ids)."""
+    if not f.path.endswith("[]") or _ID_WORD.search(param):
+        return False
+    head = _head(param)
+    if head and head in words(f.description):
+        return True
+    head = _head(f.leaf)
+    return bool(head) and head in words(str(schema.get("description") or ""))
+
+
+def _looked_up(spec: ToolSpec) -> frozenset[str]:
+    """What a tool looks up by id: the content words its name shares with its one required
+    id parameter (``get_part(part_id)`` → ``{part}``; nothing for two ids); its
+    undescribed result is that thing's record."""
+    ids = [p for p in spec.required() if _REF_WORD.search(p)]
+    if len(ids) != 1:
+        return frozenset()
+    return _content(ids[0]) & set(words(spec.name))
+
+
 _MAX_TEXT = 300  # characters of a text that similarity reads (long descriptions add little)
 
 
@@ -891,6 +937,7 @@ def build_graph(
     # 4) scores: name evidence first (cheap), description similarity for the pairs left
     is_id = _IdEvidence(graph.fields)
     id_like = [is_id(tname, pname, schema) for tname, pname, schema, _ in params]
+    looked_up = {t.name: _looked_up(t) for t in tools if t.response is None}
     scored: list[tuple[int, int, float]] = []
     for fi, pi in pairs:
         f = all_fields[fi]
@@ -907,8 +954,19 @@ def build_graph(
             if _ID_WORD.search(pname):
                 named |= set(words(f.description))
             name = len(entity & named) / len(entity) if entity else 0.0
+            thing = looked_up.get(f.tool, frozenset())
+            if (
+                thing
+                and entity
+                and _REF_WORD.search(pname)
+                and not thing & entity
+                and thing & set(words(str(schema.get("description") or "")))
+            ):
+                name = 1.0
         else:
             name = name_similarity(f.leaf, pname)
+            if name < _NAMED_BY_TEXT and _names_other(f, pname, schema):
+                name = _NAMED_BY_TEXT
         if _mentions(str(schema.get("description") or ""), f.tool):
             name = max(name, 0.8)
         if untyped and name < 0.5:
