@@ -6,7 +6,8 @@ The layer ``envs`` imports only ``core``. What stages use:
   ``make(domain, seed=, initial_state=)``, ``example_tasks(domain)``;
 - environments for imported tools: :class:`SimulatedEnvironment` (a stateful simulator,
   the default), :class:`CodeEnvironment` (Python classes that implement them),
-  :class:`MCPEnvironment` (a Model Context Protocol server), replay;
+  :class:`MCPEnvironment` (a Model Context Protocol server), replay, and
+  :class:`MixedEnvironment` (several of them, chosen per tool);
 - :class:`Environment`: ``reset`` / ``step`` / ``format_observation``, cheap ``snapshot`` /
   ``restore``, ``state_hash`` and ``diff``;
 - :class:`ToolSpec` / :class:`Toolset` and :func:`import_tools` for specs written by others;
@@ -21,6 +22,7 @@ from .domains import BUILTIN_DOMAINS, example_tasks, get_domain
 from .factory import EnvConfig, EnvFactory, ToolsetConfig
 from .importers import FORMATS, import_tools
 from .mcp import MCPConfig, MCPEnvironment
+from .mixed import MixedEnvironment
 from .recording import Recorder, RecordingEnvironment, ReplayEnvironment
 from .sandbox import Limits, Sandbox, SandboxConfig, SandboxResult
 from .simulated import SimulatedEnvironment
@@ -44,6 +46,7 @@ __all__ = [
     "Limits",
     "MCPConfig",
     "MCPEnvironment",
+    "MixedEnvironment",
     "Observation",
     "Recorder",
     "RecordingEnvironment",

@@ -10,6 +10,7 @@ Built from the pipeline's ``defaults.env`` mapping, validated as :class:`EnvConf
           shop: {file: tools/shop.json, backend: replay}
           fs: {backend: code, code: ["mypkg.fs:FileSystem"]}  # classes run the calls
           notes: {backend: mcp, mcp: {command: "python notes_server.py"}}  # or {url: ...}
+          shop: {file: tools/shop.json, code: ["mypkg.pay:Payments"], tools: {pay: code}}
         python_exec: true                  # add the sandboxed python_exec tool everywhere
         sandbox: {kind: auto, pool_size: 2, limits: {memory_mb: 256}}
         recording: record                  # off | record | replay
@@ -25,7 +26,11 @@ Built from the pipeline's ``defaults.env`` mapping, validated as :class:`EnvConf
    :class:`~trajsynth.envs.simulated.SimulatedEnvironment`, a stateful simulator answering in
    each tool's output schema), ``code`` (:class:`~trajsynth.envs.code.CodeEnvironment`, the
    classes named in ``code``), ``mcp`` (:class:`~trajsynth.envs.mcp.MCPEnvironment`, the
-   MCP server in ``mcp``) or ``replay``; recorded too under ``recording: record``;
+   MCP server in ``mcp``) or ``replay``; recorded too under ``recording: record``. Where a
+   toolset mixes backends, ``tools`` maps a tool to the backend that runs it (``backend``
+   runs the rest): a :class:`~trajsynth.envs.mixed.MixedEnvironment` routes each call to its
+   part (a tool named there that no backend has, or a backend without its settings, is a
+   ConfigError); when every tool shares one backend, the single environment above is built;
 3) with ``recording: replay``, a :class:`~trajsynth.envs.recording.ReplayEnvironment` over
    the loaded records, for every domain.
 
@@ -51,7 +56,7 @@ from .mcp import MCPConfig, MCPEnvironment, MCPServer
 from .recording import Recorder, RecordingEnvironment, ReplayEnvironment
 from .sandbox import Sandbox, SandboxConfig
 from .simulated import AnswerCache, Answerer, SimulatedEnvironment, with_responses
-from .spec import Toolset
+from .spec import Toolset, ToolSpec
 from .tasks import ExampleTask
 
 __all__ = ["EnvConfig", "EnvFactory", "ToolsetConfig"]
@@ -79,15 +84,35 @@ class ToolsetConfig(StrictModel):
     mcp: MCPConfig | None = Field(
         default=None, description="For `mcp`: the server ({command} for stdio, or {url})."
     )
+    tools: dict[str, Literal["simulated", "code", "mcp"]] = Field(
+        default_factory=dict,
+        description="Per-tool backends where a toolset mixes them: tool name → backend; "
+        "`backend` runs the rest.",
+    )
+
+    def backends(self) -> list[str]:
+        """Every backend this toolset uses, the default first."""
+        return [self.backend, *sorted(set(self.tools.values()) - {self.backend})]
+
+    @property
+    def mixed(self) -> bool:
+        return len(self.backends()) > 1
 
     @model_validator(mode="after")
     def _check(self) -> ToolsetConfig:
-        if self.backend == "code" and not self.code:
-            raise ValueError("backend 'code' needs `code`: the implementing classes")
-        if self.backend == "mcp" and self.mcp is None:
-            raise ValueError("backend 'mcp' needs `mcp`: {command: ...} or {url: ...}")
-        if self.backend in ("simulated", "replay") and not self.file:
-            raise ValueError(f"backend {self.backend!r} needs `file`: the tool specs")
+        if self.backend == "replay" and self.mixed:
+            raise ValueError("backend 'replay' cannot be mixed with per-tool `tools` backends")
+        for backend in self.backends():
+            who = f"backend {backend!r}" if backend == self.backend else (
+                f"tools {sorted(t for t, b in self.tools.items() if b == backend)} use "
+                f"backend {backend!r}, which"
+            )  # fmt: skip
+            if backend == "code" and not self.code:
+                raise ValueError(f"{who} needs `code`: the implementing classes")
+            if backend == "mcp" and self.mcp is None:
+                raise ValueError(f"{who} needs `mcp`: {{command: ...}} or {{url: ...}}")
+            if backend in ("simulated", "replay") and not self.file:
+                raise ValueError(f"{who} needs `file`: the tool specs")
         return self
 
 
@@ -100,7 +125,8 @@ class EnvConfig(StrictModel):
     toolsets: dict[str, str | ToolsetConfig] = Field(
         default_factory=dict,
         description="Extra domains: name → a toolset file (run by the simulator) or "
-        "{file, backend: simulated | code | replay, code: [import paths]}.",
+        "{file, backend: simulated | code | mcp | replay, code: [import paths], mcp: {...}, "
+        "tools: {tool: backend}}.",
     )
     python_exec: bool = Field(
         default=False, description="Offer the sandboxed python_exec tool in built-in domains."
@@ -149,6 +175,7 @@ class EnvFactory:
         self._sandbox: Sandbox | None = None
         self._recorder: Recorder | None = None
         self._toolsets: dict[str, Toolset] = {}
+        self._owners: dict[str, dict[str, str]] = {}
         self._python_exec: Any = None
         #: the simulator's answering model (the ``tool`` LLM role), and its answers
         self.answer = answer
@@ -180,6 +207,9 @@ class EnvFactory:
             with self._lock:
                 if domain not in self._toolsets:
                     tc = self.toolset_config(domain)
+                    if tc.tools:
+                        self._toolsets[domain], self._owners[domain] = self._mixed(domain, tc)
+                        return self._toolsets[domain]
                     ts = Toolset.load(Path(tc.file)) if tc.file else None
                     if tc.backend == "code":
                         from .code import toolset_from_targets
@@ -196,6 +226,54 @@ class EnvFactory:
         if self.config.python_exec:
             ts = ts.merged(Toolset(tools=[self._python_exec_tool().spec]))
         return ts
+
+    def _part(self, domain: str, tc: ToolsetConfig, backend: str, specs: Toolset | None) -> Toolset:
+        """Every tool one backend of a mixed toolset could run."""
+        if backend == "code":
+            from .code import toolset_from_targets
+
+            return toolset_from_targets(tc.code, name=domain)
+        if backend == "mcp":
+            return self.mcp_server(domain).toolset(domain)
+        assert specs is not None
+        return specs
+
+    def _mixed(self, domain: str, tc: ToolsetConfig) -> tuple[Toolset, dict[str, str]]:
+        """The tools of a toolset with per-tool backends, and each one's backend: the file's
+        tools (else the default backend's) plus the tools named in ``tools``; a tool's spec
+        comes from the file when it has one, else from the backend that runs it."""
+        specs = Toolset.load(Path(tc.file)) if tc.file else None
+        parts = {b: self._part(domain, tc, b, specs) for b in tc.backends()}
+        base = specs if specs is not None else parts[tc.backend]
+        unknown = [t for t in tc.tools if t not in base.names() and all(
+            t not in p.names() for p in parts.values())]  # fmt: skip
+        if unknown:
+            raise ConfigError(
+                f"toolset {domain!r}: `tools` names unknown tools {unknown}",
+                hint=f"its tools: {', '.join(base.names())}",
+            )
+        names = [*base.names(), *(t for t in tc.tools if t not in base.names())]
+        owners = {t: tc.tools.get(t, tc.backend) for t in names}
+        missing = [f"{t} ({b})" for t, b in owners.items() if t not in parts[b].names()]
+        if missing:
+            raise ConfigError(
+                f"toolset {domain!r}: no implementation for {', '.join(missing)}",
+                hint="name the tool in `tools` with a backend that has it, or fix `code`/`mcp`",
+            )
+        chosen: dict[str, ToolSpec] = {}
+        for t, b in owners.items():
+            spec = specs.get(t) if specs is not None else None
+            chosen[t] = spec if spec is not None else parts[b][t]
+        sim = [t for t, b in owners.items() if b == "simulated"]
+        if sim:  # the simulated tools get their output schemas, as a simulated toolset does
+            answered = with_responses(Toolset(name=domain, tools=[chosen[t] for t in sim]))
+            chosen.update({t.name: t for t in answered})
+        return Toolset(name=domain, tools=[chosen[t] for t in names]), owners
+
+    def owners(self, domain: str) -> dict[str, str]:
+        """Tool → backend for a toolset with per-tool backends (empty for any other)."""
+        self.toolset(domain)
+        return self._owners.get(domain, {})
 
     def example_tasks(self, domain: str | None = None) -> list[ExampleTask]:
         """The hand-written example tasks of one built-in domain (or of all offered ones)."""
@@ -255,6 +333,9 @@ class EnvFactory:
                 **common,
             )
         env: Environment
+        if backend is not None and len(set(self.owners(domain).values())) > 1:
+            env = self._make_mixed(domain, seed=seed, initial_state=initial_state)
+            return RecordingEnvironment(env, self.recorder) if cfg.recording == "record" else env
         if backend == "simulated":
             env = SimulatedEnvironment(
                 domain,
@@ -302,6 +383,35 @@ class EnvFactory:
         if cfg.recording == "record":
             env = RecordingEnvironment(env, self.recorder)
         return env
+
+    def _make_mixed(
+        self, domain: str, *, seed: int, initial_state: dict[str, Any] | None
+    ) -> Environment:
+        from .code import CodeEnvironment
+        from .mixed import MixedEnvironment
+
+        cfg, tc, owners = self.config, self.toolset_config(domain), self.owners(domain)
+        common = {"max_steps": cfg.max_steps, "max_observation_chars": cfg.max_observation_chars}
+        full = self.toolset(domain)
+        parts: dict[str, Environment] = {}
+        for b in sorted(set(owners.values())):
+            ts = Toolset(name=domain, tools=[t for t in full if owners[t.name] == b])
+            kw: dict[str, Any] = {
+                "seed": seed,
+                "validate_arguments": cfg.validate_arguments,
+                **common,
+            }
+            if b == "simulated":
+                parts[b] = SimulatedEnvironment(
+                    domain, ts, answer=self.answer, cache=self.answers, **kw
+                )
+            elif b == "code":
+                parts[b] = CodeEnvironment(domain, tc.code, ts, **kw)
+            else:
+                parts[b] = MCPEnvironment(domain, self.mcp_server(domain), ts, **kw)
+        return MixedEnvironment(
+            domain, full, parts, owners, default=tc.backend, initial_state=initial_state, **common
+        )
 
     def flush(self) -> None:
         """Save the records made so far (recording: record)."""
