@@ -71,3 +71,31 @@ def smollm2(smollm2_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ``smollm2-135m`` resolves to it."""
     monkeypatch.setenv("TRAJSYNTH_HOME", str(smollm2_home))
     return smollm2_home / "models" / "smollm2-135m"
+
+
+@pytest.fixture
+def rejection_twice(tmp_path: Path):
+    """``check(overrides, tasks=N)``: the rejection pipeline (Magnet tasks → rejection sampling
+    → verify) run twice with ``overrides``. Asserts N tasks, rollouts that all verified, and a
+    rerun with identical rows in every stage; returns the first run's records by stage."""
+    from trajsynth.pipeline import run_pipeline
+    from trajsynth.store import read_records
+
+    def run(out: Path, overrides: list[str]) -> dict[str, list]:
+        result = run_pipeline("rejection", out=out, overrides=overrides)
+        return {s: read_records(result.output(s)) for s in ("tasks", "rollouts", "verified")}
+
+    def rows(records: list) -> list[dict]:
+        return [r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in records]
+
+    def check(overrides: list[str], *, tasks: int) -> dict[str, list]:
+        first = run(tmp_path / "a", overrides)
+        assert len(first["tasks"]) == tasks
+        assert first["rollouts"] and all(r.success for r in first["verified"])
+        assert len(first["verified"]) == len(first["rollouts"])
+        again = run(tmp_path / "b", overrides)
+        for stage, records in first.items():
+            assert rows(records) == rows(again[stage]), stage
+        return first
+
+    return check

@@ -15,8 +15,6 @@ import pytest
 from trajsynth.core.errors import ConfigError
 from trajsynth.envs import CodeEnvironment, EnvFactory
 from trajsynth.envs.code import toolset_from_targets
-from trajsynth.pipeline import run_pipeline
-from trajsynth.store import read_records
 
 HERE = Path(__file__).resolve().parent
 TARGET = "code_library:Library"
@@ -72,25 +70,14 @@ def test_bad_import_path_is_one_clear_error() -> None:
         EnvFactory({"toolsets": {"x": {"backend": "code"}}})
 
 
-def _rejection(out: Path) -> dict[str, list]:
-    overrides = [
-        f"defaults.env.toolsets={{library: {{backend: code, code: ['{TARGET}']}}}}",
-        "stages.tasks.with.domains=[library]",
-        "stages.tasks.with.tasks_per_domain=4",
-        "stages.tasks.with.graph.similarity=lexical",
-        "stages.rollouts.with.n=4",
-    ]
-    result = run_pipeline("rejection", out=out, overrides=overrides)
-    return {s: read_records(result.output(s)) for s in ("tasks", "rollouts", "verified")}
-
-
-def test_magnet_rejection_verify_on_code_tools(tmp_path: Path) -> None:
-    first = _rejection(tmp_path / "a")
-    assert len(first["tasks"]) == 4
-    assert first["rollouts"] and all(r.success for r in first["verified"])
-    assert len(first["verified"]) == len(first["rollouts"])
-    again = _rejection(tmp_path / "b")
-    for stage, rows in first.items():
-        assert [r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in rows] == [
-            r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in again[stage]
-        ], stage
+def test_magnet_rejection_verify_on_code_tools(rejection_twice) -> None:
+    rejection_twice(
+        [
+            f"defaults.env.toolsets={{library: {{backend: code, code: ['{TARGET}']}}}}",
+            "stages.tasks.with.domains=[library]",
+            "stages.tasks.with.tasks_per_domain=4",
+            "stages.tasks.with.graph.similarity=lexical",
+            "stages.rollouts.with.n=4",
+        ],
+        tasks=4,
+    )

@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 
 from trajsynth.envs import EnvFactory
-from trajsynth.pipeline import run_pipeline
-from trajsynth.store import read_records
 
 pytest.importorskip("mcp")
 
@@ -111,26 +109,15 @@ def test_no_server_is_one_clear_error() -> None:
         f.toolset("x")
 
 
-def _rejection(out: Path) -> dict[str, list]:
-    overrides = [
-        f"defaults.env.toolsets={{notes: {{backend: mcp, mcp: {{command: ['{sys.executable}', "
-        f"'{SERVER}']}}}}}}",
-        "defaults.env.domains=[]",
-        "stages.tasks.with.tasks_per_domain=3",
-        "stages.tasks.with.graph.similarity=lexical",
-        "stages.rollouts.with.n=3",
-    ]
-    result = run_pipeline("rejection", out=out, overrides=overrides)
-    return {s: read_records(result.output(s)) for s in ("tasks", "rollouts", "verified")}
-
-
-def test_magnet_rejection_verify_on_mcp_tools(tmp_path: Path) -> None:
-    first = _rejection(tmp_path / "a")
-    assert len(first["tasks"]) == 3
-    assert first["rollouts"] and all(r.success for r in first["verified"])
-    assert len(first["verified"]) == len(first["rollouts"])
-    again = _rejection(tmp_path / "b")
-    for stage, rows in first.items():
-        assert [r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in rows] == [
-            r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in again[stage]
-        ], stage
+def test_magnet_rejection_verify_on_mcp_tools(rejection_twice) -> None:
+    rejection_twice(
+        [
+            f"defaults.env.toolsets={{notes: {{backend: mcp, mcp: {{command: ['{sys.executable}', "
+            f"'{SERVER}']}}}}}}",
+            "defaults.env.domains=[]",
+            "stages.tasks.with.tasks_per_domain=3",
+            "stages.tasks.with.graph.similarity=lexical",
+            "stages.rollouts.with.n=3",
+        ],
+        tasks=3,
+    )

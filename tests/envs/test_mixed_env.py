@@ -17,8 +17,6 @@ from trajsynth.core import GroundTruth
 from trajsynth.core.errors import ConfigError
 from trajsynth.envs import EnvFactory, SimulatedEnvironment, Toolset
 from trajsynth.envs.mixed import MixedEnvironment
-from trajsynth.pipeline import run_pipeline
-from trajsynth.store import read_records
 
 HERE = Path(__file__).resolve().parent
 TARGET = "code_library:Library"
@@ -139,29 +137,18 @@ def test_config_errors_are_clear(tmp_path: Path) -> None:
         EnvFactory({"toolsets": {"d": {"file": str(path), "tools": {"get_note": "mcp"}}}})
 
 
-def _rejection(out: Path, path: Path) -> dict[str, list]:
-    overrides = [
-        f"defaults.env.toolsets={{desk: {{file: '{path}', code: ['{TARGET}'], "
-        "tools: {add_book: code, lend_book: code}}}",
-        "stages.tasks.with.domains=[desk]",
-        "stages.tasks.with.tasks_per_domain=4",
-        "stages.tasks.with.graph.similarity=lexical",
-        "stages.rollouts.with.n=4",
-    ]
-    result = run_pipeline("rejection", out=out, overrides=overrides)
-    return {s: read_records(result.output(s)) for s in ("tasks", "rollouts", "verified")}
-
-
-def test_magnet_rejection_verify_on_mixed_tools(tmp_path: Path) -> None:
+def test_magnet_rejection_verify_on_mixed_tools(tmp_path: Path, rejection_twice) -> None:
     path = NOTES.save(tmp_path / "notes.json")
-    first = _rejection(tmp_path / "a", path)
-    assert len(first["tasks"]) == 4
-    assert first["rollouts"] and all(r.success for r in first["verified"])
-    assert len(first["verified"]) == len(first["rollouts"])
+    first = rejection_twice(
+        [
+            f"defaults.env.toolsets={{desk: {{file: '{path}', code: ['{TARGET}'], "
+            "tools: {add_book: code, lend_book: code}}}",
+            "stages.tasks.with.domains=[desk]",
+            "stages.tasks.with.tasks_per_domain=4",
+            "stages.tasks.with.graph.similarity=lexical",
+            "stages.rollouts.with.n=4",
+        ],
+        tasks=4,
+    )
     used = {c.name for r in first["verified"] for m in r.messages for c in m.tool_calls}
     assert used & set(CODE_TOOLS) and used - set(CODE_TOOLS)  # both parts ran calls
-    again = _rejection(tmp_path / "b", path)
-    for stage, rows in first.items():
-        assert [r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in rows] == [
-            r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in again[stage]
-        ], stage

@@ -15,8 +15,6 @@ import jsonschema
 from trajsynth.core import GroundTruth
 from trajsynth.envs import EnvFactory, Toolset, import_tools
 from trajsynth.envs.simulated import SimulatedEnvironment, ToolQuery, tool_effect, with_responses
-from trajsynth.pipeline import run_pipeline
-from trajsynth.store import read_records
 
 
 def _fn(name: str, params: dict, required: list[str], response: dict | None = None) -> dict:
@@ -156,30 +154,21 @@ def test_imported_toolset_runs_simulated_by_default(tmp_path: Path, external_dir
     assert env.call("get_order_details", order_id=order).output["status"] == "cancelled"
 
 
-def _rejection(out: Path, toolset: Path) -> dict[str, list]:
-    overrides = [
-        f"defaults.env.toolsets={{retail: {toolset}}}",
-        "stages.tasks.with.domains=[retail]",
-        "stages.tasks.with.tasks_per_domain=4",
-        "stages.tasks.with.graph.similarity=lexical",
-        "stages.rollouts.with.n=4",
-    ]
-    result = run_pipeline("rejection", out=out, overrides=overrides)
-    return {s: read_records(result.output(s)) for s in ("tasks", "rollouts", "verified")}
-
-
-def test_magnet_rejection_verify_on_simulated_tools(tmp_path: Path, external_dir: Path) -> None:
+def test_magnet_rejection_verify_on_simulated_tools(
+    tmp_path: Path, external_dir: Path, rejection_twice
+) -> None:
     ts = import_tools(external_dir / "tau-bench/retail/tools_openai.json", "openai")
     path = ts.save(tmp_path / "retail.json")
-    first = _rejection(tmp_path / "a", path)
-    assert len(first["tasks"]) == 4
-    assert first["rollouts"] and all(r.success for r in first["verified"])
-    assert len(first["verified"]) == len(first["rollouts"])
-    again = _rejection(tmp_path / "b", path)
-    for stage, rows in first.items():
-        assert [r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in rows] == [
-            r.model_dump(mode="json", exclude={"created_at", "run_id"}) for r in again[stage]
-        ], stage
+    rejection_twice(
+        [
+            f"defaults.env.toolsets={{retail: {path}}}",
+            "stages.tasks.with.domains=[retail]",
+            "stages.tasks.with.tasks_per_domain=4",
+            "stages.tasks.with.graph.similarity=lexical",
+            "stages.rollouts.with.n=4",
+        ],
+        tasks=4,
+    )
 
 
 def test_tool_role_answers_through_the_llm_layer(tmp_path: Path) -> None:
