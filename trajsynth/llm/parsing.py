@@ -226,6 +226,16 @@ def _call_from_obj(obj: Any) -> tuple[str, dict[str, Any]] | str:
     return name, args
 
 
+def _call_at(obj: Any, index: int) -> ToolCall | str:
+    """The call ``obj`` describes, as the reply's ``index``-th call, or why it is not one."""
+    got = _call_from_obj(obj)
+    if isinstance(got, str):
+        return got
+    name, args = got
+    arguments = _dump_args(args)
+    return ToolCall(id=_call_id(index, name, arguments), name=name, arguments=arguments)
+
+
 # --------------------------------------------------------------------------------------
 # the formats
 # --------------------------------------------------------------------------------------
@@ -259,17 +269,13 @@ def _hermes_block(body: str, index: int, result: ParseResult) -> None:
         return
     items = value if isinstance(value, list) else [value]
     for item in items[:_MAX_CALLS]:
-        got = _call_from_obj(item)
-        if isinstance(got, str):
-            result.errors.append(f"<tool_call> block: {got}: {_clip(body)}")
+        call = _call_at(item, index)
+        if isinstance(call, str):
+            result.errors.append(f"<tool_call> block: {call}: {_clip(body)}")
             continue
-        name, args = got
-        arguments = _dump_args(args)
-        result.calls.append(
-            ToolCall(id=_call_id(index, name, arguments), name=name, arguments=arguments)
-        )
+        result.calls.append(call)
         if repaired:
-            result.repairs.append(f"repaired near-JSON in <tool_call> for {name!r}")
+            result.repairs.append(f"repaired near-JSON in <tool_call> for {call.name!r}")
 
 
 def _literal(node: ast.AST) -> Any:
@@ -396,18 +402,14 @@ def _parse_json_elements(text: str, result: ParseResult) -> bool:
         if not _is_call_obj(value):
             result.errors.append(f"JSON tool call {i}: not a call object: {_clip(part)}")
             continue
-        got = _call_from_obj(value)
-        if isinstance(got, str):
-            result.errors.append(f"JSON tool call {i}: {got}")
+        call = _call_at(value, i)
+        if isinstance(call, str):
+            result.errors.append(f"JSON tool call {i}: {call}")
             continue
-        name, args = got
-        arguments = _dump_args(args)
-        result.calls.append(
-            ToolCall(id=_call_id(i, name, arguments), name=name, arguments=arguments)
-        )
+        result.calls.append(call)
         found = True
         if repaired:
-            result.repairs.append(f"repaired near-JSON in tool call {i} ({name!r})")
+            result.repairs.append(f"repaired near-JSON in tool call {i} ({call.name!r})")
     return found
 
 
@@ -434,15 +436,11 @@ def _parse_json_calls(text: str, result: ParseResult) -> bool:
             return True
         return False
     for i, item in enumerate(items):
-        got = _call_from_obj(item)
-        if isinstance(got, str):
-            result.errors.append(f"JSON tool call {i}: {got}")
+        call = _call_at(item, i)
+        if isinstance(call, str):
+            result.errors.append(f"JSON tool call {i}: {call}")
             continue
-        name, args = got
-        arguments = _dump_args(args)
-        result.calls.append(
-            ToolCall(id=_call_id(i, name, arguments), name=name, arguments=arguments)
-        )
+        result.calls.append(call)
     if repaired:
         result.repairs.append("repaired near-JSON tool-call list")
     return True
