@@ -237,6 +237,20 @@ class Trajectory(BaseModel):
         """The assistant messages, in order (the steps that annotations align with)."""
         return [m for m in self.messages if m.role == "assistant"]
 
+    def opening(self) -> list[Message]:
+        """The messages an episode of this row starts from: everything before the first
+        assistant message (the task's system prompt and first request), trimmed to end on a
+        user message; empty when the row has none (a bare task: the episode opens itself).
+        """
+        out: list[Message] = []
+        for m in self.messages:
+            if m.role == "assistant":
+                break
+            out.append(m)
+        while out and out[-1].role != "user":
+            out.pop()
+        return out
+
     def context_steps(self) -> set[int]:
         """Indices of assistant steps kept only as context, never as a target.
 

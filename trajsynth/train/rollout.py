@@ -315,7 +315,16 @@ async def _one(
         max_tokens=cfg.max_len if player.renderer is not None else None,
     )
     env = make_env(row)
-    ep = Episode(gt, env, tools=row.tools or [], limits=limits, renderer=player.renderer)
+    # the task's own system prompt and first request, as the rollout stages open it (the
+    # student was trained on rows that start with them)
+    ep = Episode(
+        gt,
+        env,
+        tools=row.tools or [],
+        prefix=row.opening() or None,
+        limits=limits,
+        renderer=player.renderer,
+    )
     error = None
     try:
         await play(ep, player.policy(row, seed, cfg))

@@ -69,13 +69,7 @@ class RolloutLimits(StageConfig):
 def task_of(row: Trajectory) -> tuple[GroundTruth | None, list[Message]]:
     """The row's ground truth and the messages an episode starts from."""
     gt = GroundTruth.from_json(row.ground_truth)
-    opening: list[Message] = []
-    for m in row.messages:
-        if m.role == "assistant":
-            break
-        opening.append(m)
-    while opening and opening[-1].role != "user":
-        opening.pop()
+    opening = row.opening()
     if not opening:
         request = gt.turns[0].request if gt is not None and gt.turns else row.goal
         opening = [
