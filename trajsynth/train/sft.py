@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -398,4 +399,6 @@ def _with_lora(model: Any, cfg: SFTConfig) -> Any:
         layers_to_transform=top,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, lora)
+    with warnings.catch_warnings():  # peft asks a deprecated transformers property
+        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+        return get_peft_model(model, lora)
