@@ -30,8 +30,9 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps "bfcl-eval==2026.3.23"
 	touch $@
 
-## the main job, offline: LoopTool's closed loop with a seeded simulated teacher and judge and a
-## tiny student trained from scratch; no key, no network (report in runs/demo/report.*)
+## the main job, offline: LoopTool's closed loop with a seeded simulated teacher and judge and
+## SmolLM2-135M-Instruct as the student (LoRA SFT on the CPU); no key, no network (report in
+## runs/demo/report.*)
 demo: install
 	$(TS) run pipelines/looptool.yaml --out runs/demo
 

@@ -12,8 +12,10 @@ What it does, in one process:
 3) ``teacher``: the seeded simulated teacher (the role that made the data);
    ``base``: SmolLM2 as shipped (its tool template from ``trajsynth.llm.models``);
    ``sft``: SmolLM2 after ``--minutes`` of SFT on the filtered rows (LoRA rank ``--lora-r`` on
-   the top ``--lora-layers`` blocks, or full fine-tuning with ``--lora-r 0``); ``tiny``: the
-   from-scratch student trained on the same rows for ``--tiny-minutes``.
+   the top ``--lora-layers`` blocks, or full fine-tuning with ``--lora-r 0``; one packed
+   sequence of ``--max-len`` tokens per step: on a CPU many small steps learn the call format
+   far sooner than few large ones); ``tiny``: the from-scratch student trained on the same
+   rows for ``--tiny-minutes``.
 
 Run: python bench/student.py [--tasks 200] [--probe 30] [--minutes 10] [--lora-r 16]
 The last line is one JSON object: base_exact, sft_exact, tiny_exact, teacher_exact,
@@ -147,11 +149,11 @@ def main() -> None:
     ap.add_argument("--tiny-minutes", type=float, default=3.0, help="Tiny student budget.")
     ap.add_argument("--lora-r", type=int, default=16, help="LoRA rank (0: full fine-tuning).")
     ap.add_argument("--lora-layers", type=int, default=8, help="Adapt the top N blocks (0: all).")
-    ap.add_argument("--lr", type=float, default=None, help="Peak lr (default by mode).")
-    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--lr", type=float, default=2e-3, help="Peak lr.")
+    ap.add_argument("--epochs", type=float, default=4.0)
     ap.add_argument("--batch-size", type=int, default=1)
-    ap.add_argument("--grad-accum", type=int, default=2)
-    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--grad-accum", type=int, default=1)
+    ap.add_argument("--max-len", type=int, default=512)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -27,23 +27,31 @@ from trajsynth.store import read_records
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = REPO / "pipelines" / "looptool.yaml"
 
-#: a small variant: one domain, few tasks, a very small student, short generations
+#: a small variant: one domain, few tasks, a very small from-scratch student (the tiny model,
+#: not SmolLM2: the demo's student is measured by ``make demo`` and ``bench/student.py``),
+#: short generations
+TINY_SFT = (
+    "{model: tiny, epochs: 2, lr: 0.005, max_len: 768, batch_size: 2, reasoning: false, "
+    "tiny: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 2, "
+    "intermediate_size: 64, vocab_size: 512}}"
+)
 SMALL = [
     "stages.tasks.with.domains=[math]",
     "stages.tasks.with.tasks_per_domain=16",
     "stages.split.with.eval_fraction=0.4",
     "stages.teacher.with.n=1",
     "stages.round.iterations=2",
-    "stages.round.stages.train.with.sft.epochs=2",
+    f"stages.round.stages.train.with.sft={TINY_SFT}",
     "stages.round.stages.train.with.warm_epochs=1",
-    "stages.round.stages.train.with.sft.max_len=768",
-    "stages.round.stages.train.with.sft.tiny={hidden_size: 32, num_layers: 1, num_heads: 2, "
-    "num_kv_heads: 2, intermediate_size: 64, vocab_size: 512}",
     "stages.round.stages.gcp.with.max_new_tokens=24",
     "stages.round.stages.gcp.with.max_steps=3",
     "stages.round.stages.probe.with.max_new_tokens=24",
     "stages.round.stages.probe.with.max_steps=3",
     "stages.round.stages.fresh.with.n=3",
+    "stages.static_teacher.with.n=1",
+    f"stages.static_train.with.sft={TINY_SFT}",
+    "stages.static_probe.with.max_new_tokens=24",
+    "stages.static_probe.with.max_steps=3",
 ]
 
 
@@ -63,6 +71,12 @@ def check_report(run: Path, iterations: int) -> dict:
     for before, after in zip(report["iterations"], report["iterations"][1:], strict=False):
         assert after["counts"] == before["next_counts"]  # a round trains on what the last made
     assert isinstance(report["weak_capabilities"], list)
+    static = report["static_baseline"]  # the same student on plain teacher data
+    if static is not None:
+        assert static["tasks"] == report["probe_tasks"]
+        assert 0.0 <= static["student"]["overall"] <= 1.0
+        last = report["iterations"][-1]["student"]["overall"]
+        assert static["loop_minus_static"] == pytest.approx(last - static["student"]["overall"])
     assert (run / "report.md").read_text().startswith("# LoopTool report")
     return report
 

@@ -452,6 +452,55 @@ def test_report_per_iteration_and_capability() -> None:
     report = build_report(rows + data)
     assert report["weak_capabilities"] == ["multi_call", "parallel_calls"]
     assert "multi_call, parallel_calls (no probe task)." in _markdown(report)
+    # the weak capabilities' mean rose 0 → 1; a static baseline probed on the same tasks
+    rows.pop()
+    assert build_report(rows + data)["weak_capabilities_change"] == {
+        "first": 0.0,
+        "last": 1.0,
+        "change": 1.0,
+    }
+    assert build_report(rows + data)["static_baseline"] is None
+    rows += [
+        episode(i := i + 1, "student", "static", 0, "multi_call", k == 0) for k in range(2)
+    ] + [episode(i := i + 1, "student", "static", 0, "single_call", True)]
+    report = build_report(rows + data)
+    assert [it["iteration"] for it in report["iterations"]] == [1, 2, 3]  # not an iteration
+    static = report["static_baseline"]
+    assert static["tasks"] == 3
+    assert static["student"] == {"multi_call": 0.5, "single_call": 1.0, "overall": 0.6667}
+    assert static["loop_minus_static"] == pytest.approx(1.0 - 0.6667)
+    assert static["loop_minus_static_weak"] == 0.5  # multi_call: 1.0 (loop) vs 0.5 (static)
+    assert report["iterations"][0]["student_tool_match"]["overall"] == 1.0
+    text = _markdown(report)
+    assert "Weak capabilities, mean exact_match: 0.00 in iteration 1 → 1.00 in iteration 3" in text
+    assert "beats it by +0.33, +0.50 on the weak capabilities" in text
+
+
+def test_static_baseline_matches_the_size_the_loop_trained_on() -> None:
+    """``looptool_static``: as many pool rows as the loop trained on (seed rows and every round
+    but the last, or only what followed round 1's training), the same ones on every run; a
+    short pool is used whole."""
+    ctx = Context(ContextSpec(stage_id="static_data", seed=3))
+    pool = [CONVERT.derive(id=f"p{k}", stage_id="static_teacher") for k in range(20)]
+    seed = [CONVERT.derive(id=f"s{k}", stage_id="teacher") for k in range(4)]
+    rounds = [
+        CONVERT.derive(id=f"r{it}-{k}", extra={"looptool": {"origin": "seed", "iteration": it}})
+        for it in (1, 2, 3)
+        for k in range(3)
+    ]
+    cfg = {"pool": "static_teacher"}
+    chosen = run("looptool_static", cfg, pool + seed + rounds, ctx)["main"]
+    assert len(chosen) == 4 + 3 + 3  # round 3's data was never trained on
+    assert {r.stage_id for r in chosen} == {"static_teacher"}
+    again = run("looptool_static", cfg, seed + rounds + pool[::-1], ctx)["main"]
+    assert sorted(r.id for r in again) == sorted(r.id for r in chosen)
+    # a baseline warm-started from round 1's checkpoint matches rounds 2 and 3's data
+    after = run("looptool_static", {**cfg, "after_round": 1}, pool + seed + rounds, ctx)["main"]
+    assert len(after) == 3 + 3
+    short = run("looptool_static", cfg, pool[:5] + seed + rounds, ctx)["main"]
+    assert len(short) == 5
+    with pytest.raises(Exception, match="no rows from the pool stage"):
+        run("looptool_static", cfg, seed + rounds, ctx)
 
 
 def test_echo_between_rounds_relabels_the_students_failed_episode_as_hindsight() -> None:

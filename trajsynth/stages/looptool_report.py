@@ -49,6 +49,12 @@ class LoopToolReportConfig(StageConfig):
         "the gold as a multiset), tool_match (the right tools, arguments aside), call_match "
         "(BFCL), call_accuracy (share of call steps matched). exact_match is always added.",
     )
+    baseline_set: str = Field(
+        "static",
+        description="Probe set name of the static-data baseline (a `gcp` stage with this "
+        "`probe_set` probing the baseline student on the held-out tasks); compared with the "
+        "last iteration when present.",
+    )
     plots: bool = Field(True, description="Write report.png (needs matplotlib).")
     copy_to_run: bool = Field(True, description="Also write the files into the run folder.")
 
@@ -65,10 +71,19 @@ def _acc(rows: list[Trajectory], metric: str = "exact_match") -> dict[str, float
     return out
 
 
+def _weak_mean(acc: dict[str, float], weak: list[str]) -> float | None:
+    """Mean accuracy over the weak capabilities the probe set has tasks for."""
+    vals = [acc[c] for c in weak if c in acc]
+    return round(sum(vals) / len(vals), 4) if vals else None
+
+
 def build_report(
-    rows: list[Trajectory], probe_set: str = "probe", metric: str = "exact_match"
+    rows: list[Trajectory],
+    probe_set: str = "probe",
+    metric: str = "exact_match",
+    baseline_set: str = "static",
 ) -> dict[str, Any]:
-    """Steps 1-3 as a JSON-ready dict."""
+    """Steps 1-3 (and step 4's baseline comparison) as a JSON-ready dict."""
     episodes: dict[tuple[str, str, int], list[Trajectory]] = defaultdict(list)
     data: list[Trajectory] = []
     for r in rows:
@@ -77,7 +92,9 @@ def build_report(
             episodes[(gcp.get("policy", "student"), gcp.get("set", "data"), r.iteration)].append(r)
         else:
             data.append(r)
-    iterations = sorted({k for (p, _, k) in episodes if p == "student"})
+    baseline = [r for (p, s, _), v in episodes.items() if p == "student" and s == baseline_set
+                for r in v]  # fmt: skip
+    iterations = sorted({k for (p, s, k) in episodes if p == "student" and s != baseline_set})
     teacher_rows = [
         r for (p, s, _), v in episodes.items() if p != "student" and s == probe_set for r in v
     ]
@@ -103,7 +120,9 @@ def build_report(
                 "student": _acc(probe, metric),
                 "teacher": teacher,
                 "student_exact_match": _acc(probe, "exact_match"),
+                "student_tool_match": _acc(probe, "tool_match"),
                 "teacher_exact_match": _acc(teacher_rows, "exact_match"),
+                "teacher_tool_match": _acc(teacher_rows, "tool_match"),
                 "student_on_data": _acc(episodes.get(("student", "data", k), []), metric),
                 "counts": {o: trained.get(o, 0) for o in ORIGINS},
                 "next_counts": {o: made.get(k, Counter()).get(o, 0) for o in ORIGINS},
@@ -111,6 +130,31 @@ def build_report(
         )
     caps = sorted({c for it in out_iters for c in it["student"] if c != "overall"})
     rising = {c: [it["student"].get(c) for it in out_iters] for c in caps}
+    weak_rise = None
+    if out_iters:
+        first_weak = _weak_mean(out_iters[0]["student"], weak)
+        last_weak = _weak_mean(out_iters[-1]["student"], weak)
+        if first_weak is not None and last_weak is not None:
+            weak_rise = {
+                "first": first_weak,
+                "last": last_weak,
+                "change": round(last_weak - first_weak, 4),
+            }
+    static = None
+    if baseline and out_iters:
+        base_acc = _acc(baseline, metric)
+        last = out_iters[-1]["student"]
+        static = {
+            "student": base_acc,
+            "student_tool_match": _acc(baseline, "tool_match"),
+            "tasks": len(baseline),
+            "loop_minus_static": round(last.get("overall", 0.0) - base_acc.get("overall", 0.0), 4),
+            "loop_minus_static_weak": (
+                round(_weak_mean(last, weak) - _weak_mean(base_acc, weak), 4)  # type: ignore[operator]
+                if _weak_mean(last, weak) is not None and _weak_mean(base_acc, weak) is not None
+                else None
+            ),
+        }
     return {
         "metric": metric,
         "probe_set": probe_set,
@@ -120,6 +164,8 @@ def build_report(
         "weak_capabilities": weak,
         "iterations": out_iters,
         "student_by_capability": rising,
+        "weak_capabilities_change": weak_rise,
+        "static_baseline": static,
     }
 
 
@@ -150,6 +196,36 @@ def _markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {c}{weak} | " + " | ".join(cells) + f" | {teacher.get(c, float('nan')):.2f} |"
         )
+    tm = [it.get("student_tool_match", {}).get("overall") for it in its]
+    if report["metric"] != "tool_match" and all(v is not None for v in tm):
+        lines.append(
+            "| overall, tool_match | "
+            + " | ".join(f"{v:.2f}" for v in tm)
+            + f" | {_teacher_tool(its):s} |"
+        )
+    change = report.get("weak_capabilities_change")
+    if change:
+        lines += [
+            "",
+            f"Weak capabilities, mean {report['metric']}: {change['first']:.2f} in iteration "
+            f"{its[0]['iteration']} → {change['last']:.2f} in iteration {its[-1]['iteration']} "
+            f"({change['change']:+.2f}).",
+        ]
+    static = report.get("static_baseline")
+    if static:
+        overall = static["student"].get("overall", 0.0)
+        weak_line = (
+            f", {static['loop_minus_static_weak']:+.2f} on the weak capabilities"
+            if static.get("loop_minus_static_weak") is not None
+            else ""
+        )
+        lines += [
+            "",
+            f"Static baseline (the same student, the same training budget, as many plain "
+            f"teacher rows as the loop trained on): {report['metric']} {overall:.2f} on the "
+            f"probe set; the loop's last iteration beats it by "
+            f"{static['loop_minus_static']:+.2f}{weak_line}.",
+        ]
     lines += [
         "",
         "| iteration | trained on: " + " | ".join(ORIGINS) + " |",
@@ -160,6 +236,12 @@ def _markdown(report: dict[str, Any]) -> str:
             f"| {it['iteration']} | " + " | ".join(str(it["counts"][o]) for o in ORIGINS) + " |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _teacher_tool(its: list[dict[str, Any]]) -> str:
+    """The teacher's overall tool_match, when the probe scored it."""
+    value = its[0].get("teacher_tool_match", {}).get("overall") if its else None
+    return f"{value:.2f}" if value is not None else "-"
 
 
 def _plot(report: dict[str, Any], path: Path) -> None:
@@ -219,7 +301,7 @@ class LoopToolReport(GlobalStage[LoopToolReportConfig]):
         cfg = self.config
         rows = [r for b in batches for r in to_records(b)]
         # 1-3)
-        report = build_report(rows, cfg.probe_set, cfg.metric)
+        report = build_report(rows, cfg.probe_set, cfg.metric, cfg.baseline_set)
         # 4) files
         folder = ctx.artifacts_dir
         (folder / "report.json").write_text(json.dumps(report, indent=2))

@@ -7,8 +7,9 @@ Both are thin global stages over the trainer's public functions:
 
 1) read every input row (trajectories for SFT; task rows with ground truth for GRPO);
 2) the starting point: the checkpoint of the last stage in ``needs:`` (a warm start), else
-   ``sft.model`` (``tiny``: a fresh student built from the data); a warm-started tiny run
-   keeps the tiny model's learning rate unless ``lr`` says otherwise;
+   ``sft.model`` (``tiny``: a fresh student built from the data); a warm-started run takes
+   ``warm_lr``, ``warm_epochs`` and ``warm_step_budget`` where given (a loop's first round
+   from the base model, later rounds from the last checkpoint);
 3) train into the stage's artifacts folder (a transformers model folder that ``gcp``,
    ``trajsynth eval --model`` and the next round's warm start read);
 4) report the run's figures (steps, losses or rewards, seconds) in the metrics.
@@ -47,6 +48,12 @@ class TrainSFTConfig(StageConfig):
     warm_epochs: float | None = Field(
         None, gt=0, description="Epochs of a warm-started run (default: sft.epochs)."
     )
+    warm_step_budget: int | None = Field(
+        None,
+        ge=1,
+        description="Step budget of a warm-started run (default: sft.step_budget): a loop's "
+        "first round can train longer from the base model than later rounds from a checkpoint.",
+    )
 
 
 @register
@@ -71,6 +78,8 @@ class TrainSFT(GlobalStage[TrainSFTConfig]):
             update: dict[str, Any] = {"model": str(needed[-1]), "lr": cfg.warm_lr or cold_lr}
             if cfg.warm_epochs is not None:
                 update["epochs"] = cfg.warm_epochs
+            if cfg.warm_step_budget is not None:
+                update["step_budget"] = cfg.warm_step_budget
             sft = sft.model_copy(update=update)
         # 3) train into the artifacts folder
         result = train_sft(rows, ctx.artifacts_dir, sft)
