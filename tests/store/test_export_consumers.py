@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -331,12 +329,9 @@ def test_hf_card_of_bare_shards_says_what_was_not_recorded(run: Path, tmp_path: 
 # -------------------------------------------------------------------------------------- errors
 
 
-def _cli_proc(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "trajsynth", "export", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-
-
-def test_user_errors_are_one_message_and_a_nonzero_exit(run: Path, tmp_path: Path) -> None:
+def test_user_errors_are_one_message_and_a_nonzero_exit(
+    run: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     from trajsynth.store import ShardWriter
 
     empty = tmp_path / "empty"
@@ -355,6 +350,7 @@ def test_user_errors_are_one_message_and_a_nonzero_exit(run: Path, tmp_path: Pat
         ([str(run / "dedup"), "-f", "verl", "-o", str(blocker / "sub")], "cannot write"),
         ([str(run / "dedup"), "-f", "hf", "-o", str(blocker / "sub")], "cannot write"),
     ):
-        res = _cli_proc(*args)
-        assert res.returncode == 2, (args, res.stderr)
-        assert needle in res.stderr and "Traceback" not in res.stderr + res.stdout
+        code = cli("export", *args)
+        err = capfd.readouterr().err
+        assert code == 2, (args, err)
+        assert needle in err and "internal error" not in err and "Traceback" not in err
