@@ -291,7 +291,10 @@ def _export_verl(path: str | Path, dest: Path, split: str) -> ExportResult:
     from .verl import tool_names, verl_rows, verl_schema
 
     target = dest if dest.suffix == ".parquet" else dest / f"{split}.parquet"
-    names = tool_names(_records(path))  # first pass: one tools_kwargs struct for every row
+    # first pass, over the tools column only: one tools_kwargs struct for every row
+    names = tool_names(
+        text for b in iter_batches(path, columns=["tools"]) for text in b.column(0).to_pylist()
+    )
     schema = verl_schema(names)
     skipped: Counter[str] = Counter()
     _writable(target.parent)

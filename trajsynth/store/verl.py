@@ -54,11 +54,11 @@ def _tool_name(tool: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def tool_names(rows: Iterable[Trajectory]) -> list[str]:
-    """Every tool name offered by ``rows``, sorted."""
+def tool_names(tools_json: Iterable[str | None]) -> list[str]:
+    """Every tool name in a ``tools`` column (JSON text per row), sorted."""
     names: set[str] = set()
-    for r in rows:
-        for tool in r.tools or []:
+    for text in set(tools_json):  # rows of one toolset share the same text
+        for tool in json.loads(text) if text else []:
             name = _tool_name(tool)
             if name:
                 names.add(name)
