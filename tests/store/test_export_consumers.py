@@ -354,3 +354,20 @@ def test_user_errors_are_one_message_and_a_nonzero_exit(
         err = capfd.readouterr().err
         assert code == 2, (args, err)
         assert needle in err and "internal error" not in err and "Traceback" not in err
+
+
+def test_the_run_manifest_of_exported_shards_is_found(run: Path, tmp_path: Path) -> None:
+    from trajsynth.store.manifest import locate_manifest
+
+    manifest = run / "manifest.json"
+    assert locate_manifest(run / "dedup") == (manifest, "dedup")
+    assert locate_manifest(f"{run}/dedup/*.parquet") == (manifest, "dedup")
+    side = next((run / "rollouts" / "failed").glob("*.parquet"))
+    assert locate_manifest(side) == (manifest, "rollouts")
+    assert locate_manifest(tmp_path) is None
+    assert RunManifest.load(manifest).upstream("difficulty") == [
+        "tasks",
+        "rollouts",
+        "dedup",
+        "difficulty",
+    ]

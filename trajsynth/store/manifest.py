@@ -169,7 +169,6 @@ def locate_manifest(path: str | Path) -> tuple[Path, str | None] | None:
         stages = list(RunManifest.load(folder / MANIFEST_NAME).stages)
         return folder / MANIFEST_NAME, stages[-1] if stages else None
     for up, stage in ((folder.parent, folder.name), (folder.parent.parent, folder.parent.name)):
-        if (up / MANIFEST_NAME).is_file():
-            stages = RunManifest.load(up / MANIFEST_NAME).stages
-            return up / MANIFEST_NAME, stage if stage in stages else None
-    return None
+        if (up / MANIFEST_NAME).is_file() and stage in RunManifest.load(up / MANIFEST_NAME).stages:
+            return up / MANIFEST_NAME, stage
+    return None  # bare shards (or a folder the run next to it did not write)
