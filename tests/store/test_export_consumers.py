@@ -349,6 +349,7 @@ def test_user_errors_are_one_message_and_a_nonzero_exit(
         ([str(empty), "-f", "openai-ft", "-o", str(tmp_path / "o")], "holds no rows"),
         ([str(run / "dedup"), "-f", "verl", "-o", str(blocker / "sub")], "cannot write"),
         ([str(run / "dedup"), "-f", "hf", "-o", str(blocker / "sub")], "cannot write"),
+        ([str(run / "dedup"), "-f", "verl", "-o", str(tmp_path / "v"), "--split", "a/b"], "split"),
     ):
         code = cli("export", *args)
         err = capfd.readouterr().err

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -216,6 +217,8 @@ def export(
     dest = Path(dest)
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"unknown export format {fmt!r}; choose one of {list(EXPORT_FORMATS)}")
+    if not re.fullmatch(r"\w+(\.\w+)*", split):
+        raise UserError(f"bad split name {split!r}", hint="use letters, digits, _ and . only")
     shards = list_shards(path)
     verify_shards(shards)  # a corrupt shard is one clear error, not bad data
     if count_rows(shards) == 0:
