@@ -90,7 +90,7 @@ def test_trl_export_loads_with_datasets_and_trl(shards: Path, tmp_path: Path) ->
 
 def test_hf_export_round_trips(shards: Path, tmp_path: Path) -> None:
     n, path = export(shards, "hf", tmp_path / "hf")
-    ds = datasets.load_from_disk(str(path))
+    ds = datasets.load_from_disk(str(path))["train"]
     assert n == len(ds) == 6
     assert ds[3]["success"] is False and ds[1]["success"] is True
     assert ds[3]["quality_score"] == pytest.approx(0.65)

@@ -177,17 +177,93 @@ def show(
         )
 
 
+def _run_of(path: Path) -> dict[str, Any] | None:
+    """What the run manifest of the shards under ``path`` recorded for the card (None for
+    bare shards): the exported stage and the stages upstream of it, with their LLM usage."""
+    from ..llm.usage import llm_usage
+    from ..store.manifest import RunManifest, locate_manifest
+
+    found = locate_manifest(path)
+    if found is None:
+        return None
+    manifest = RunManifest.load(found[0])
+    sid = found[1]
+    ids = manifest.upstream(sid) if sid else list(manifest.stages)
+    usage: dict[str, dict[str, float]] = {}
+    for s in ids:
+        for role, counters in llm_usage(manifest.stages[s].metrics).items():
+            mine = usage.setdefault(role, {})
+            for key, value in counters.items():
+                mine[key] = mine.get(key, 0) + value
+    return {
+        "pipeline": manifest.pipeline,
+        "run_id": manifest.run_id,
+        "stage": sid,
+        "stages": {
+            s: {
+                "uses": manifest.stages[s].uses,
+                "rows_in": manifest.stages[s].rows_in,
+                "rows_out": manifest.stages[s].rows_out(),
+            }
+            for s in ids
+        },
+        "usage": usage,
+    }
+
+
+def dataset_card(path: Path, *, split: str = "train") -> str:
+    """The Markdown body of the hf export's card: the figures of the rows under ``path`` and
+    of the run they come from (when their run manifest is found)."""
+    from ..quality.card import card_figures, card_markdown
+    from ..quality.stats import STATS_COLUMNS
+    from ..store.shards import read_table
+
+    run = _run_of(path)
+    figures = card_figures(read_table(str(path), columns=STATS_COLUMNS), run)
+    title = (
+        f"{run['pipeline']} / {run['stage']}"
+        if run and run.get("stage")
+        else (path.name or "trajsynth export")
+    )
+    usage = (
+        "```python\nimport datasets\n"
+        f'ds = datasets.load_dataset("<this folder or repo>", split="{split}")\n```'
+    )
+    return card_markdown(figures, title=title, usage=usage)
+
+
 @app.command()
 def export(
     path: Annotated[Path, typer.Argument(help="Shard file, folder or glob.")],
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="trl | jsonl | hf | dpo | steca")
+        str,
+        typer.Option("--format", "-f", help="trl | jsonl | hf | dpo | steca | verl | openai-ft"),
     ] = "trl",
     out: Annotated[Path, typer.Option("--out", "-o", help="Destination file or folder.")] = ...,  # type: ignore[assignment]
+    split: Annotated[
+        str, typer.Option("--split", help="Split name (hf: the split; verl: extra_info.split).")
+    ] = "train",
+    license_id: Annotated[
+        str, typer.Option("--license", help="hf: the license id in the dataset card.")
+    ] = "other",
 ) -> None:
-    """Export for training tools: TRL/HF chat datasets, DPO pairs, STeCa records, or full JSONL
-    records."""
+    """Export for training tools: TRL/HF chat datasets (hf: a folder with a dataset card of
+    the run's figures), DPO pairs, STeCa records, verl RL Parquet, OpenAI fine-tuning JSONL,
+    or full JSONL records."""
+    from ..store.export import EXPORT_FORMATS
     from ..store.export import export as do_export
 
-    n, target = do_export(str(path), fmt, out)
-    console.print(f"{n:,} rows → {target}")
+    if fmt not in EXPORT_FORMATS:
+        raise UserError(f"unknown export format {fmt!r}; choose one of {list(EXPORT_FORMATS)}")
+    card = None
+    if fmt == "hf":
+        from ..store.integrity import verify_shards
+        from ..store.shards import list_shards
+
+        verify_shards(list_shards(str(path)))
+        card = dataset_card(path, split=split)
+    result = do_export(str(path), fmt, out, split=split, card=card, license=license_id)
+    console.print(f"{result.rows:,} rows → {result.path}")
+    if result.skipped:
+        detail = ", ".join(f"{reason} {n:,}" for reason, n in result.skipped.items())
+        console.print(f"skipped {sum(result.skipped.values()):,} rows ({detail})")

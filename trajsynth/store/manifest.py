@@ -21,7 +21,14 @@ from ..core.errors import DataError
 from ..core.ids import stable_hash
 from .shards import ShardInfo, fsync_dir
 
-__all__ = ["MANIFEST_NAME", "OutputState", "RunManifest", "ShardRecord", "StageState"]
+__all__ = [
+    "MANIFEST_NAME",
+    "OutputState",
+    "RunManifest",
+    "ShardRecord",
+    "StageState",
+    "locate_manifest",
+]
 
 MANIFEST_NAME = "manifest.json"
 
@@ -115,6 +122,18 @@ class RunManifest(BaseModel):
                 hint="delete the run folder or pass --force to start over",
             ) from exc
 
+    def upstream(self, stage_id: str) -> list[str]:
+        """``stage_id`` and every stage it reads from, directly or not, in manifest order."""
+        seen: set[str] = set()
+        todo = [stage_id]
+        while todo:
+            sid = todo.pop()
+            if sid in seen or sid not in self.stages:
+                continue
+            seen.add(sid)
+            todo.extend(ref.split(":", 1)[0] for ref in self.stages[sid].inputs)
+        return [sid for sid in self.stages if sid in seen]
+
     def save(self, path: Path) -> None:
         """Atomic write: a crash leaves either the old or the new manifest, never half of one."""
         self.updated_at = _now()
@@ -127,3 +146,29 @@ class RunManifest(BaseModel):
             os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
+
+
+def locate_manifest(path: str | Path) -> tuple[Path, str | None] | None:
+    """The run manifest that describes the shards under ``path``, and their stage id.
+
+    ``path`` may be a shard file, a folder or a glob. The manifest sits next to the shards
+    (a one-stage output folder, ``trajsynth stage``/``filter``: its last stage), one level up (a
+    stage folder of a pipeline run), or two levels up (a side output, ``<stage>/<output>``).
+    Returns ``(manifest.json, stage id or None)``, or None for bare shards.
+    """
+    text = str(path)
+    p = Path(text)
+    if any(ch in text for ch in "*?[") and not p.exists():
+        parts = p.parts
+        cut = next(i for i, part in enumerate(parts) if any(ch in part for ch in "*?["))
+        p = Path(*parts[:cut]) if cut else Path(".")
+    folder = p if p.is_dir() else p.parent
+    if not folder.is_dir():
+        return None
+    if (folder / MANIFEST_NAME).is_file():
+        stages = list(RunManifest.load(folder / MANIFEST_NAME).stages)
+        return folder / MANIFEST_NAME, stages[-1] if stages else None
+    for up, stage in ((folder.parent, folder.name), (folder.parent.parent, folder.parent.name)):
+        if (up / MANIFEST_NAME).is_file() and stage in RunManifest.load(up / MANIFEST_NAME).stages:
+            return up / MANIFEST_NAME, stage
+    return None  # bare shards (or a folder the run next to it did not write)
