@@ -10,6 +10,7 @@ Run: PYTHONPATH=. python -m pytest tests/reliability/test_infra_errors.py -q
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -196,18 +197,33 @@ def test_above_the_limit_the_run_stops_clearly_and_the_rerun_plays_what_was_lost
         assert "Traceback" not in out
         assert "stage 'rollouts' (rejection_sampling)" in out and "lost to LLM endpoint" in out
         assert "above max_infra_error_rate=0.01" in out and "HTTP 500" in out
-        # the endpoint recovers: the rerun resumes and completes
+        manifest = json.loads((run / "manifest.json").read_text())
+        state = manifest["stages"]["rollouts"]
+        assert state["status"] == "failed" and "lost to LLM endpoint" in state["error"]
+        tasks = state["rows_in"]
+        assert tasks >= 2 and len(state["units"]) < tasks  # the units that lost are not done
+        # the endpoint recovers: the rerun resumes the stage and completes it
         proxy.rate = 0.0
-        res = _cli(["run", str(pipe), "--out", str(run), "--max-infra-error-rate", "0.01"])
-        assert res.returncode == 0, res.stdout + res.stderr
-        assert "lost to endpoint errors" not in res.stdout
-    clean = tmp_path / "clean"
-    pipe_clean = tmp_path / "clean.yaml"
-    pipe_clean.write_text(yaml.safe_dump(_pipe(server.base_url, server.base_url)))
-    res = _cli(["run", str(pipe_clean), "--out", str(clean), "-q"])
-    assert res.returncode == 0, res.stdout + res.stderr
+        reset_clients()
+        try:
+            again = run_pipeline(
+                resolve_pipeline(
+                    yaml.safe_load(pipe.read_text()),
+                    overrides=["defaults.max_infra_error_rate=0.01"],
+                ),
+                out=run,
+            )
+            clean = run_pipeline(
+                resolve_pipeline(_pipe(server.base_url, server.base_url)), out=tmp_path / "clean"
+            )
+        finally:
+            reset_clients()
+    assert "tasks" in again.skipped and "rollouts" in again.resumed
+    counters = again.manifest.stages["rollouts"].metrics["counters"]
+    assert counters.get("infra.lost", 0) == 0 and counters["infra.units"] == 4 * tasks
     ids = [sorted(r.id for r in rows) for rows in _rows(run)]
-    assert ids == [sorted(r.id for r in rows) for rows in _rows(clean)] and ids[0] + ids[1]
+    assert ids == [sorted(r.id for r in rows) for rows in _rows(tmp_path / "clean")]
+    assert ids[0] + ids[1] and clean.manifest.stages["rollouts"].status == "done"
 
 
 def test_a_dead_endpoint_opens_the_circuit_and_the_run_ends_quickly(
