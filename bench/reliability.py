@@ -16,8 +16,10 @@ Measures (last line, one JSON object):
   answers ``--fault-rate`` (20%) of requests with a fault (429 with and without
   ``retry-after``, 500, a hang, a truncated body), divided by the same run without faults;
 - ``accepted_vs_clean``: accepted rollouts with faults ÷ without;
-- ``infra_as_model_failures``: rollouts rejected at the ``generation`` layer in the faulty
-  run, i.e. endpoint failures recorded as the model's.
+- ``infra_as_model_failures``: rejected rollouts of the faulty run whose reason is an endpoint
+  failure (5xx, 429, timeout, unreadable body, retries exhausted, circuit open), i.e. endpoint
+  failures recorded as the model's; the rollouts the stage dropped and counted instead
+  (``infra.lost``) are shown in the table.
 
 Not measured here (absent from the JSON): ``kill_identical`` and ``sandbox_escapes``.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 import tempfile
 import time
@@ -92,7 +95,8 @@ def llm_run(base_url: str, out: Path, tasks: int, n: int, timeout_s: float) -> d
     }
     pipe = {
         "name": "faults",
-        "defaults": {"seed": 0, "shard_rows": 500, "llm": llm},
+        # measure what endpoint failures do to the data instead of stopping at the limit
+        "defaults": {"seed": 0, "shard_rows": 500, "llm": llm, "max_infra_error_rate": 1.0},
         "stages": [
             {
                 "id": "tasks",
@@ -109,24 +113,32 @@ def llm_run(base_url: str, out: Path, tasks: int, n: int, timeout_s: float) -> d
     reset_clients()
     start = time.perf_counter()
     try:
-        run_pipeline(resolve_pipeline(pipe), out=out)
+        result = run_pipeline(resolve_pipeline(pipe), out=out)
     finally:
         reset_clients()
     seconds = time.perf_counter() - start
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     failed_dir = out / "rollouts" / "failed"
     infra = 0
     if failed_dir.is_dir() and list(failed_dir.glob("*.parquet")):
-        layers = pq.read_table(failed_dir, columns=["failure_layer"]).column("failure_layer")
-        infra = int(pc.sum(pc.equal(layers, "generation")).as_py() or 0)
+        reasons = pq.read_table(failed_dir, columns=["failure_reason"]).column("failure_reason")
+        infra = sum(1 for r in reasons.to_pylist() if r and _ENDPOINT_FAILURE.search(r))
+    counters = result.manifest.stages["rollouts"].metrics.get("counters", {})
     return {
         "seconds": seconds,
         "accepted": count_rows(out / "rollouts"),
         "failed": count_rows(failed_dir) if failed_dir.is_dir() else 0,
         "infra": infra,
+        "infra_lost": int(counters.get("infra.lost", 0)),
     }
+
+
+#: what an endpoint failure's message says (``llm.openai_backend``), never a model's outcome
+_ENDPOINT_FAILURE = re.compile(
+    r"HTTP 5\d\d|\b429\b|rate limited|timed out|failed after \d+ attempts|circuit open|"
+    r"unreadable response|malformed completion|connection error|cannot connect"
+)
 
 
 def main() -> None:
@@ -191,6 +203,7 @@ def main() -> None:
         )
     )
     rows.append(("faults injected", ", ".join(f"{k}={v}" for k, v in sorted(injected.items()))))
+    rows.append(("rollouts lost to the endpoint", f"{faulty['infra_lost']} (dropped, counted)"))
     rows.append(("request timeout / hang", f"{args.timeout_s:g} s / {args.hang_s:g} s"))
 
     width = max(len(k) for k, _ in rows)

@@ -49,6 +49,16 @@ def run(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
     no_cache: NoCacheOption = False,
+    max_infra_error_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--max-infra-error-rate",
+            min=0.0,
+            max=1.0,
+            help="Largest share of a stage's rollouts lost to LLM endpoint failures before the "
+            "run stops (a rerun plays them again); default defaults.max_infra_error_rate, 0.05.",
+        ),
+    ] = None,
 ) -> None:
     """Run a whole pipeline; unchanged stages are skipped, interrupted ones resume."""
     from ..pipeline.runner import Runner
@@ -60,6 +70,8 @@ def run(
         overrides.append(f"defaults.workers={workers}")
     if executor is not None:
         overrides.append(f"defaults.executor={executor}")
+    if max_infra_error_rate is not None:
+        overrides.append(f"defaults.max_infra_error_rate={max_infra_error_rate}")
     resolved = load_pipeline(pipeline, overrides, output=str(out) if out else None)
     reporter = RichReporter(quiet=quiet)
     try:
@@ -71,6 +83,22 @@ def run(
         usage = llm_usage_table(result)
         if usage is not None:
             console.print(usage)
+        for line in infra_lines(result):
+            console.print(line)
+
+
+def infra_lines(result: RunResult) -> list[str]:
+    """One line per stage that lost rollouts (or rows) to LLM endpoint failures."""
+    lines = []
+    for sid, st in result.manifest.stages.items():
+        counters = st.metrics.get("counters", {})
+        lost = counters.get("infra.lost", 0)
+        if lost:
+            unit = st.metrics.get("values", {}).get("infra.unit", "rows")
+            units = counters.get("infra.units") or st.rows_in
+            share = f" of {units:,.0f} {unit} ({lost / max(units, lost):.1%})" if units else unit
+            lines.append(f"stage {sid!r}: {lost:,.0f}{share} lost to endpoint errors")
+    return lines
 
 
 @app.command()

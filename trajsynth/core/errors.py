@@ -15,7 +15,9 @@ boundaries with ``raise ... from exc``. The CLI prints ``str(exc)`` and exits wi
     │   └── InputNotFoundError    a path that does not exist or holds no shards
     └── BackendError              exit 1: something outside the input failed
         ├── EndpointError         an LLM endpoint failed (unreachable, 4xx/5xx after retries)
-        │   └── RateLimited       429 after every retry
+        │   └── InfraError        the endpoint, not the model, failed a request for good
+        │       ├── RateLimited   429 after every retry
+        │       └── CircuitOpen   the role's circuit breaker is open: failed fast, not sent
         ├── SandboxError          the sandbox could not run or a limit was hit
         └── StageFailed           a stage raised; names the stage and the unit
 
@@ -31,9 +33,11 @@ from __future__ import annotations
 
 __all__ = [
     "BackendError",
+    "CircuitOpen",
     "ConfigError",
     "DataError",
     "EndpointError",
+    "InfraError",
     "InputNotFoundError",
     "RateLimited",
     "SandboxError",
@@ -101,8 +105,20 @@ class EndpointError(BackendError):
     """An LLM endpoint failed after retries, or answered with a client error."""
 
 
-class RateLimited(EndpointError):
+class InfraError(EndpointError):
+    """A request failed for good because of the endpoint, not the model: retries exhausted on
+    5xx, connection errors, timeouts or unreadable bodies, 429s after every retry, or an open
+    circuit breaker. Rollout stages drop the rollout and count it (``infra.lost``) instead of
+    recording it as the model's failure; a 4xx answer (the request itself was refused) is a
+    plain :class:`EndpointError`."""
+
+
+class RateLimited(InfraError):
     """The endpoint kept answering 429 after every retry."""
+
+
+class CircuitOpen(InfraError):
+    """The role's circuit breaker is open (the endpoint kept failing): failed without sending."""
 
 
 class SandboxError(BackendError):

@@ -35,10 +35,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from ..core.config import StrictModel
-from ..core.errors import ConfigError, EndpointError
+from ..core.errors import ConfigError, EndpointError, InfraError
 from ..core.schema import Message
 
 __all__ = [
+    "INFRA_ERROR_TYPES",
     "Backend",
     "BackendReply",
     "ChatRequest",
@@ -53,6 +54,9 @@ __all__ = [
     "Usage",
 ]
 
+
+#: ``ChatResult.error_type`` values that are the endpoint's failure, not the model's
+INFRA_ERROR_TYPES = frozenset({"infra", "rate_limited", "circuit_open"})
 
 # --------------------------------------------------------------------------------------
 # records
@@ -141,7 +145,11 @@ class ChatResult(BaseModel):
     cached: bool = False
     cost_usd: float = 0.0
     error: str | None = None
-    error_type: str | None = Field(default=None, description="e.g. rate_limited, server, client.")
+    error_type: str | None = Field(
+        default=None,
+        description="endpoint (the request was refused, or no choices), or an infrastructure "
+        "failure: infra (retries exhausted), rate_limited, circuit_open.",
+    )
     partial_errors: list[str] = Field(
         default_factory=list, description="Fanned-out sub-requests that failed (n > 1)."
     )
@@ -151,6 +159,18 @@ class ChatResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.error is None and bool(self.choices)
+
+    @property
+    def infra(self) -> bool:
+        """The request failed for good because of the endpoint, not the model (retries
+        exhausted, 429s, circuit open): not a rollout's outcome, see :meth:`raise_for_infra`."""
+        return self.error_type in INFRA_ERROR_TYPES
+
+    def raise_for_infra(self) -> None:
+        """Raise :class:`~trajsynth.core.errors.InfraError` when :attr:`infra`: what rollout
+        code calls before it would turn a failed request into a rejected row."""
+        if self.infra:
+            raise InfraError(self.error or "the endpoint failed")
 
     @property
     def message(self) -> Message:
@@ -317,6 +337,16 @@ class RoleConfig(StrictModel):
     )
     backoff_base_s: float = Field(0.5, gt=0, description="First backoff (doubles, with jitter).")
     backoff_max_s: float = Field(30.0, gt=0, description="Longest backoff.")
+    circuit_failures: int = Field(
+        20,
+        ge=0,
+        description="Circuit breaker: this many consecutive failed attempts of the role "
+        "(5xx, connection errors, timeouts; not 429s) pause it circuit_pause_s, then one probe; "
+        "still failing, its requests fail fast as infrastructure errors (0: off).",
+    )
+    circuit_pause_s: float = Field(
+        30.0, gt=0, description="Circuit breaker: the pause before each probe."
+    )
     native_n: bool | None = Field(
         None,
         description="n > 1 in one request (true), as separate requests (false), or try the "

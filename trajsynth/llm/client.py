@@ -13,12 +13,16 @@ What ``chat`` does, in order:
 2. look the request up in the content-addressed cache (``cache.py``); a hit costs no request;
 3. otherwise ask the backend; a request that finally fails is returned with ``error`` set
    (never dropped, never raised), except fatal endpoint errors (bad key, unknown model,
-   unreachable endpoint), which are raised because every row would fail alike;
+   unreachable endpoint), which are raised because every row would fail alike. A failure of
+   the endpoint rather than the request (retries exhausted, 429s, circuit open) has an
+   infrastructure ``error_type`` (``ChatResult.infra``): rollout code raises it
+   (``raise_for_infra``) so that it is dropped and counted, never recorded as the model's;
 4. clean every text of the reply (lone surrogates, NUL: ``core.text``), parse every choice
    with the shared parser (``parsing.py``) into an assistant ``Message`` plus format errors,
    store the raw reply in the cache, price the usage;
 5. count, per role: ``llm.<role>.requests``, ``cache_hits``, ``http_requests``, ``errors``,
-   ``format_errors``, ``prompt_tokens``, ``completion_tokens``, ``cost_usd``.
+   ``infra_errors`` (of the errors, the endpoint's), ``format_errors``, ``prompt_tokens``,
+   ``completion_tokens``, ``cost_usd``.
 
 Role settings come from the pipeline's ``defaults.llm``; the entry ``"*"`` applies to every
 role, and a role that is not configured uses the simulator (the offline default).
@@ -32,7 +36,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from ..core.errors import ConfigError, EndpointError, RateLimited
+from ..core.errors import CircuitOpen, ConfigError, EndpointError, InfraError, RateLimited
 from ..core.ids import stable_hash
 from ..core.schema import Message, ToolCall
 from ..core.text import clean_json, clean_text
@@ -211,11 +215,13 @@ class LLMClient:
                 model=self.model,
                 backend=self.backend.name,
                 error=str(exc),
-                error_type="rate_limited" if isinstance(exc, RateLimited) else "endpoint",
+                error_type=_error_type(exc),
                 attempts=attempts,
                 cache_key=key,
             )
             count(prefix + "errors")
+            if result.infra:
+                count(prefix + "infra_errors")
             count(prefix + "http_requests", attempts)
             return result
 
@@ -278,6 +284,18 @@ class LLMClient:
         errors = sum(len(c.format_errors) for c in result.choices)
         if errors:
             count(prefix + "format_errors", errors)
+
+
+def _error_type(exc: EndpointError) -> str:
+    """``ChatResult.error_type`` of a backend's error (``base.INFRA_ERROR_TYPES`` are the
+    endpoint's failures)."""
+    if isinstance(exc, RateLimited):
+        return "rate_limited"
+    if isinstance(exc, CircuitOpen):
+        return "circuit_open"
+    if isinstance(exc, InfraError):
+        return "infra"
+    return "endpoint"
 
 
 def _clean_reply(reply: BackendReply) -> BackendReply:

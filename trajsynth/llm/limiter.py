@@ -23,6 +23,22 @@ limiter would, and not the endpoint's other roles.
 
 The fast path (a free slot, no pause) is a few comparisons and increments: at 512 requests in
 flight the limiter costs nothing measurable.
+
+:class:`CircuitBreaker` (one per endpoint, role and event loop) stops a role from spinning on
+an endpoint that answers nothing useful:
+
+1. closed: every failed attempt (5xx, connection error, timeout, unreadable body; not a 429,
+   which the limiter handles, nor a 4xx, which is an answer) adds one to a count that any
+   answer resets;
+2. ``failures`` consecutive failed attempts open it: it says so once (log and stderr:
+   ``endpoint X for role Y: N consecutive failures, pausing Zs``) and new attempts wait
+   ``pause_s`` — a short outage (a server restart) costs a pause, not rows;
+3. then it half-opens: one attempt goes through as a probe while the others wait for it; an
+   answer closes the breaker, a failure opens it again;
+4. opened a second time without an answer in between, it fails fast: attempts raise
+   :class:`~trajsynth.core.errors.CircuitOpen` (an infrastructure error, so the rollout is
+   dropped and counted, never recorded as the model's) without being sent, and one probe per
+   ``pause_s`` still checks whether the endpoint came back.
 """
 
 from __future__ import annotations
@@ -30,9 +46,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
+import sys
 import time
 
-__all__ = ["AIMDLimiter"]
+from ..core.errors import CircuitOpen
+
+__all__ = ["AIMDLimiter", "CircuitBreaker"]
+
+log = logging.getLogger("trajsynth.llm")
 
 
 class _Role:
@@ -190,3 +212,100 @@ class AIMDLimiter:
         role.limit = new
         role.last_decrease = now
         role.paused_until = max(role.paused_until, now + max(0.0, retry_after))
+
+
+class CircuitBreaker:
+    """Closed → open (pause) → half-open (one probe) → closed, or failing fast (see the module
+    docstring). ``failures = 0`` switches it off."""
+
+    def __init__(self, failures: int, pause_s: float, *, where: str, role: str) -> None:
+        self.failures = max(0, failures)
+        self.pause_s = pause_s
+        self.where = where
+        self.role = role or "(any)"
+        self.state = "closed"  # closed | open | half_open
+        self.consecutive = 0
+        self.trips = 0  # times opened since the last answer
+        self.opened = 0  # times opened in all (tests, the bench)
+        self.open_until = 0.0
+        self.last_error = ""
+        self._probe: asyncio.Event | None = None
+
+    def _fail_fast(self) -> CircuitOpen:
+        return CircuitOpen(
+            f"{self.where}: circuit open for role {self.role}: {self.consecutive} consecutive "
+            f"failed attempts, last: {self.last_error}"
+        )
+
+    async def before(self) -> bool:
+        """Before an attempt: return at once when closed; wait out a first pause; raise
+        :class:`CircuitOpen` when failing fast. True when this attempt is the probe."""
+        while self.state != "closed":
+            now = time.monotonic()
+            if self.state == "open":
+                if now >= self.open_until:
+                    self.state = "half_open"
+                    self._probe = asyncio.Event()
+                    return True
+                if self.trips > 1:
+                    raise self._fail_fast()
+                await asyncio.sleep(self.open_until - now)
+                continue
+            # half-open: a probe is in flight; wait for its outcome (or fail fast)
+            if self.trips > 1:
+                raise self._fail_fast()
+            probe = self._probe
+            if probe is not None:
+                await probe.wait()
+        return False
+
+    def on_answer(self) -> None:
+        """The endpoint answered (a success or a 4xx): close."""
+        self.consecutive = 0
+        if self.state != "closed":
+            msg = f"endpoint {self.where} for role {self.role}: answering again, circuit closed"
+            log.warning(msg)
+            self.state = "closed"
+            self.trips = 0
+            self._release_probe()
+        self.trips = 0
+
+    def on_failure(self, message: str, *, probe: bool) -> None:
+        """A failed attempt; ``probe``: it was the half-open probe."""
+        self.consecutive += 1
+        self.last_error = message
+        if self.failures <= 0:
+            return
+        if probe or (self.state == "closed" and self.consecutive >= self.failures):
+            self.trips += 1
+            self.opened += 1
+            self.state = "open"
+            self.open_until = time.monotonic() + self.pause_s
+            self._release_probe()
+            if self.trips == 1:
+                msg = (
+                    f"endpoint {self.where} for role {self.role}: {self.consecutive} consecutive "
+                    f"failures, pausing {self.pause_s:g}s (last: {message})"
+                )
+            elif self.trips == 2:
+                msg = (
+                    f"endpoint {self.where} for role {self.role}: still failing after a "
+                    f"{self.pause_s:g}s pause; failing requests fast, probing every "
+                    f"{self.pause_s:g}s"
+                )
+            else:
+                return
+            log.warning(msg)
+            print(f"warning: {msg}", file=sys.stderr, flush=True)
+
+    def on_abandon(self, *, probe: bool) -> None:
+        """The attempt ended without an outcome (cancelled): let another attempt probe."""
+        if probe and self.state == "half_open":
+            self.state = "open"
+            self.open_until = time.monotonic()
+            self._release_probe()
+
+    def _release_probe(self) -> None:
+        if self._probe is not None:
+            self._probe.set()
+            self._probe = None

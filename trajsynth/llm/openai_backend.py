@@ -18,6 +18,12 @@ For each request:
    - other 4xx: fail this request with the server's message (recorded on its row);
    - an endpoint that never answered any request and refuses connections after the retries:
      :class:`FatalEndpointError` ("cannot reach ...");
+   - retries exhausted (5xx, connection errors, timeouts, bodies; 429s): an
+     :class:`~trajsynth.core.errors.InfraError` (:class:`RateLimited` for 429s), the endpoint's
+     failure and not the model's, which rollout stages drop and count instead of recording;
+   - every attempt first passes the role's circuit breaker (``limiter.CircuitBreaker``:
+     ``circuit_failures`` consecutive failed attempts pause the role ``circuit_pause_s``, then
+     one probe; still failing, attempts fail fast with :class:`CircuitOpen`);
 3. ``n > 1``: ask the server for ``n`` choices in one request; when it returns fewer
    (servers without ``n``), send the missing ones as separate requests (seed + i when a seed
    is set) and remember that this endpoint needs fan-out.
@@ -41,7 +47,7 @@ import time
 import weakref
 from typing import Any
 
-from ..core.errors import ConfigError, EndpointError, RateLimited
+from ..core.errors import CircuitOpen, ConfigError, EndpointError, InfraError, RateLimited
 from ..core.text import clean_json
 from .base import (
     Backend,
@@ -53,7 +59,7 @@ from .base import (
     TokenLogprob,
     Usage,
 )
-from .limiter import AIMDLimiter
+from .limiter import AIMDLimiter, CircuitBreaker
 
 __all__ = ["OpenAIBackend", "aclose_http_clients", "retry_after_seconds"]
 
@@ -62,6 +68,11 @@ _LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, 
 _LIMITERS = weakref.WeakKeyDictionary()
 _CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Any]]
 _CLIENTS = weakref.WeakKeyDictionary()
+# per event loop: (base_url, model, role) -> circuit breaker
+_BREAKERS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, str, str], CircuitBreaker]
+]
+_BREAKERS = weakref.WeakKeyDictionary()
 
 
 def retry_after_seconds(headers: Any, default: float) -> float:
@@ -130,6 +141,20 @@ class OpenAIBackend(Backend):
             )
         return lim
 
+    def _breaker(self) -> CircuitBreaker:
+        loop = asyncio.get_running_loop()
+        table = _BREAKERS.setdefault(loop, {})
+        key = (self.base_url or "", self.model, self.role)
+        breaker = table.get(key)
+        if breaker is None:
+            breaker = table[key] = CircuitBreaker(
+                self.config.circuit_failures,
+                self.config.circuit_pause_s,
+                where=self._where(),
+                role=self.role,
+            )
+        return breaker
+
     def _client(self) -> Any:
         loop = asyncio.get_running_loop()
         table = _CLIENTS.setdefault(loop, {})
@@ -191,6 +216,7 @@ class OpenAIBackend(Backend):
         )
         choices = list(got.choices)
         usage, attempts, partial = got.usage, got.attempts, list(got.partial_errors)
+        infra = True
         for res in results:
             if isinstance(res, FatalEndpointError):
                 raise res
@@ -198,15 +224,15 @@ class OpenAIBackend(Backend):
                 if not isinstance(res, EndpointError):
                     raise res
                 partial.append(str(res))
+                infra = infra and isinstance(res, InfraError)
                 attempts += int(getattr(res, "attempts", 0))
                 continue
             choices.extend(res.choices[:1])
             usage = usage + res.usage
             attempts += res.attempts
         if not choices:
-            raise _counted(
-                EndpointError(partial[0] if partial else "no choices returned"), attempts
-            )
+            error = InfraError if partial and infra else EndpointError
+            raise _counted(error(partial[0] if partial else "no choices returned"), attempts)
         return BackendReply(
             choices=choices,
             usage=usage,
@@ -218,9 +244,14 @@ class OpenAIBackend(Backend):
     async def _with_retries(self, request: ChatRequest) -> BackendReply:
         cfg = self.config
         limiter = self._limiter()
+        breaker = self._breaker()
         transient = rate_limited = attempts = 0
         role = self.role
         while True:
+            try:
+                probe = await breaker.before()  # waits out a pause; raises when failing fast
+            except CircuitOpen as exc:
+                raise _counted(exc, attempts) from None
             sent_at = await limiter.acquire(role)
             attempts += 1
             try:
@@ -228,6 +259,7 @@ class OpenAIBackend(Backend):
             except _Retry as retry:
                 limiter.release(role)
                 if retry.kind == "rate_limited":
+                    breaker.on_answer()  # a 429 is an answer: the limiter slows the role
                     rate_limited += 1
                     limiter.on_rate_limited(retry.wait or cfg.backoff_base_s, sent_at, role)
                     if rate_limited > cfg.max_rate_limit_retries:
@@ -241,6 +273,7 @@ class OpenAIBackend(Backend):
                     await asyncio.sleep(retry.wait or cfg.backoff_base_s)
                     continue
                 transient += 1
+                breaker.on_failure(retry.message, probe=probe)
                 if transient > cfg.max_retries:
                     if retry.kind == "connect" and not self._ever_ok:
                         raise FatalEndpointError(
@@ -248,7 +281,7 @@ class OpenAIBackend(Backend):
                             hint="is the server running? check `base_url` in the role config",
                         ) from None
                     raise _counted(
-                        EndpointError(
+                        InfraError(
                             f"{self._where()}: failed after {attempts} attempts: {retry.message}"
                         ),
                         attempts,
@@ -258,12 +291,15 @@ class OpenAIBackend(Backend):
                 continue
             except EndpointError as exc:
                 limiter.release(role)
+                breaker.on_answer()  # a 4xx is an answer (the request was refused)
                 raise _counted(exc, attempts) from None
             except BaseException:
                 limiter.release(role)
+                breaker.on_abandon(probe=probe)
                 raise
             limiter.release(role)
             limiter.on_success(role)
+            breaker.on_answer()
             self._ever_ok = True
             reply.attempts = attempts
             return reply

@@ -22,6 +22,20 @@ For each stage in topological order the runner:
 Every shard is committed by an atomic rename and then recorded in the manifest, which is itself
 replaced atomically; files not recorded are debris of a crash and are removed on resume. So a
 run killed at any moment and rerun writes each row exactly once.
+
+Endpoint failures are not data. A rollout (or row) whose LLM request failed for good because of
+the endpoint (:class:`~trajsynth.core.errors.InfraError`: retries exhausted, circuit open) is
+dropped by its stage and counted in the stage's metrics (``infra.lost`` of ``infra.units``, or
+of the rows in). When a stage finishes, its share lost in this execution is compared with
+``defaults.max_infra_error_rate`` (``trajsynth run --max-infra-error-rate``, default 0.05):
+
+- at or below it, the stage is done; the lost rollouts are simply absent (counted, never in
+  ``failed`` nor in ``rollouts_total``), and a rerun does not retry them;
+- above it, the stage fails with one message naming it, the share and the last error; the
+  units (input shards) that lost anything are un-committed — their shards deleted, their
+  counters taken back — so the rerun plays exactly those again, their successful requests
+  from the LLM response cache; units without losses stay committed. A source or global stage
+  starts over. ``0`` makes every loss fail the stage.
 """
 
 from __future__ import annotations
@@ -38,7 +52,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..core.errors import StageFailed, TrajsynthError
+from ..core.errors import InfraError, StageFailed, TrajsynthError
 from ..core.ids import file_fingerprint, stable_hash
 from ..core.schema import ARROW_SCHEMA
 from ..stages import Context, ContextSpec, Metrics, StageKind, config_hash
@@ -312,6 +326,9 @@ class Runner:
         )
         started = time.perf_counter()
         counted_before = dict(state.metrics.get("counters", {}))
+        metrics_before = state.metrics
+        self._unit_metrics: dict[str, dict[str, Any]] = {}
+        self._unit_rows: dict[str, int] = {}
         inputs = [(ref, self._input_shards(ref, manifest)) for ref in rs.inputs]
         total_in = sum(_rows_of(p) for _, paths in inputs for p in paths)
         state.rows_in = total_in
@@ -328,6 +345,10 @@ class Runner:
             state.seconds += time.perf_counter() - started
             manifest.save(self.manifest_path)
             raise
+        except InfraError as exc:  # raised out of a stage that does not drop what it loses
+            message = f"stage {sid!r} ({rs.step.uses}): an LLM endpoint failed for good: {exc}"
+            self._fail(state, manifest, message, started)
+            raise StageFailed(message, hint=_INFRA_HINT) from None
         except TrajsynthError as exc:
             self._fail(state, manifest, str(exc), started)
             raise
@@ -338,6 +359,11 @@ class Runner:
             raise StageFailed(
                 message, hint=f"traceback in {self.run_dir / 'logs' / 'run.log'}"
             ) from exc
+        too_many = self._infra_check(rs, state, counted_before, total_in)
+        if too_many is not None:
+            self._uncommit_lost(rs, state, metrics_before)
+            self._fail(state, manifest, too_many, started)
+            raise StageFailed(too_many, hint=_INFRA_HINT)
         self._ensure_outputs(sid, state, cls.outputs)
         too_few = _too_few_rows(rs, cls.kind, state, counted_before)
         if too_few is not None:
@@ -355,6 +381,65 @@ class Runner:
         manifest.save(self.manifest_path)
         self.reporter.stage_finished(sid, state, "resumed" if resume else "ran")
         return "resumed" if resume else "ran"
+
+    def _infra_check(
+        self,
+        rs: ResolvedStage,
+        state: StageState,
+        counted_before: dict[str, float],
+        total_in: int,
+    ) -> str | None:
+        """Why the stage may not count as done: it lost more than ``max_infra_error_rate`` of
+        its rollouts (or rows) to endpoint failures in this execution (see the module
+        docstring)."""
+        counters = state.metrics.get("counters", {})
+        lost = counters.get("infra.lost", 0) - counted_before.get("infra.lost", 0)
+        if lost <= 0:
+            return None
+        units = counters.get("infra.units", 0) - counted_before.get("infra.units", 0)
+        if units <= 0:  # the stage does not count its own units: rows in
+            units = sum(self._unit_rows.values()) if self._unit_rows else total_in
+        rate = lost / max(units, lost)
+        limit = self.pipeline.spec.defaults.max_infra_error_rate
+        if rate <= limit:
+            return None
+        values = state.metrics.get("values", {})
+        unit = values.get("infra.unit", "rows")
+        last = values.get("infra.last_error", "?")
+        return (
+            f"stage {rs.id!r} ({rs.step.uses}): {lost:,.0f} of {units:,.0f} {unit} lost to LLM "
+            f"endpoint errors ({rate:.1%}), above max_infra_error_rate={limit:g}; "
+            f"last error: {last}"
+        )
+
+    def _uncommit_lost(
+        self, rs: ResolvedStage, state: StageState, metrics_before: dict[str, Any]
+    ) -> None:
+        """Un-commit what lost rows to the endpoint so that a rerun plays it again: a map
+        stage's units with losses (shards deleted, counters taken back), or a whole source or
+        global stage."""
+        cls = type(rs.stage)
+        if cls.kind != StageKind.MAP:
+            self._clear_outputs(rs.id, cls.outputs, keep_artifacts=True)
+            state.outputs = {}
+            state.offset = 0
+            state.next_shard = 0
+            state.metrics = metrics_before
+            return
+        base = self.stage_dir(rs.id)
+        for unit_key, metrics in self._unit_metrics.items():
+            if not metrics.get("counters", {}).get("infra.lost"):
+                continue
+            files = state.units.pop(unit_key, None) or {}
+            for name, file in files.items():
+                if file is None:
+                    continue
+                out = state.outputs.get(name)
+                if out is not None:
+                    out.shards = [s for s in out.shards if s.file != file]
+                (output_dir(base, name) / file).unlink(missing_ok=True)
+            back = {k: -v for k, v in metrics.get("counters", {}).items()}
+            state.metrics = Metrics.merge(state.metrics, {"counters": back})
 
     def _fail(self, state: StageState, manifest: RunManifest, message: str, started: float) -> None:
         state.status = "failed"
@@ -453,6 +538,8 @@ class Runner:
                     )
             state.units[res.unit_key] = {n: (i.file if i else None) for n, i in res.shards.items()}
             state.metrics = Metrics.merge(state.metrics, res.metrics)
+            self._unit_metrics[res.unit_key] = res.metrics
+            self._unit_rows[res.unit_key] = res.rows_in
             manifest.save(self.manifest_path)
             self.reporter.advance(rs.id, max(0, res.rows_in - live.pop(res.unit_key, 0)))
 
@@ -516,6 +603,12 @@ class Runner:
         finally:
             stage.teardown()
         state.metrics = Metrics.merge(state.metrics, ctx.metrics.snapshot())
+
+
+_INFRA_HINT = (
+    "check the endpoint (or raise --max-infra-error-rate), then run again: what was lost is "
+    "played again, what was received comes from the LLM response cache"
+)
 
 
 def _too_few_rows(

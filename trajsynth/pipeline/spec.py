@@ -104,6 +104,14 @@ class Defaults(StrictModel):
     cache_dir: str | None = Field(
         default=None, description="LLM response cache (default <run>/cache)."
     )
+    max_infra_error_rate: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Largest share of a stage's rollouts (or rows) lost to LLM endpoint "
+        "failures (retries exhausted, circuit open) before the stage fails so that a rerun "
+        "plays them again; 0: every one must be played.",
+    )
 
 
 class StepSpec(StrictModel):

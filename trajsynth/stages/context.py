@@ -206,6 +206,16 @@ class Context:
                 self._llm_views[role] = view
             return view
 
+    def lost_to_infra(self, exc: BaseException, n: int = 1, *, unit: str = "rows") -> None:
+        """Count ``n`` units (``rows`` or ``rollouts``) lost to an endpoint failure
+        (:class:`~trajsynth.core.errors.InfraError`): dropped, not recorded as the model's
+        failure. The runner reads ``infra.lost`` (and ``infra.units``, the units tried, where a
+        stage counts them; else the rows in) for the stage's infrastructure error rate, which
+        ``max_infra_error_rate`` bounds."""
+        self.metrics.inc("infra.lost", n)
+        self.metrics.set("infra.last_error", str(exc)[:500])
+        self.metrics.set("infra.unit", unit)
+
     def use_checkpoint(self, role: str, folder: Path, **settings: Any) -> RoleClient:
         """Make ``ctx.llm(role)`` the transformers model in ``folder`` (``backend: local``),
         e.g. the student a ``needs:`` stage just trained, for a stage that plays LLM roles;

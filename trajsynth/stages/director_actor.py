@@ -35,6 +35,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ..core.config import StrictModel
+from ..core.errors import InfraError
 from ..core.prompts import system_prompt
 from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
@@ -111,8 +112,13 @@ class DirectorActor(RolloutStage[DirectorActorConfig]):
         self, row: Trajectory, gt: GroundTruth | None, opening: list[Message], ctx: Context
     ) -> list[Trajectory | Emit]:
         cfg = self.config
-        # 1) the outline
-        outline = await self.outline(ctx, row, gt)
+        # 1) the outline (an endpoint failure loses the row's conversations, counted)
+        ctx.metrics.inc("infra.units", len(cfg.actors))
+        try:
+            outline = await self.outline(ctx, row, gt)
+        except InfraError as exc:
+            ctx.lost_to_infra(exc, len(cfg.actors), unit="conversations")
+            return []
         if outline is None:
             ctx.metrics.inc("rejected.outline")
             return []
@@ -145,6 +151,7 @@ class DirectorActor(RolloutStage[DirectorActorConfig]):
             metadata=meta,
         )
         if not result.ok:
+            result.raise_for_infra()
             return None
         return _read_outline(
             result.choices[0].message.content, [t["function"]["name"] for t in row.tools]
@@ -181,6 +188,9 @@ class DirectorActor(RolloutStage[DirectorActorConfig]):
         except PolicyError as exc:
             ctx.metrics.inc("rejected.generation")
             ctx.log.debug("director_actor %s actor %d: %s", row.id, k, exc)
+            return None
+        except InfraError as exc:  # the endpoint's failure, not the actor's
+            ctx.lost_to_infra(exc, unit="conversations")
             return None
         # 3) the row
         verdict = verify_episode(result, gt, row.tools, call_match=cfg.call_match) if gt else None

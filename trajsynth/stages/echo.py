@@ -475,6 +475,7 @@ class Echo(RowsGlobalStage[EchoConfig]):
         )
         async with sem:
             ctx.metrics.inc("rewrite_requests")
+            ctx.metrics.inc("infra.units")
             result = await ctx.llm(cfg.role).chat(
                 [Message(role="system", content=ECHO_PROMPT), Message(role="user", content=prompt)],
                 row.tools or None,
@@ -489,6 +490,9 @@ class Echo(RowsGlobalStage[EchoConfig]):
                 },
             )
         if not result.ok:
+            if result.infra:  # the endpoint's failure: counted, not a rejection
+                ctx.lost_to_infra(RuntimeError(result.error), unit="rewrites")
+                return None
             ctx.metrics.inc("rejected.request_failed")
             return None
         data = _parse(result.choices[0].message.content)

@@ -62,7 +62,7 @@ from typing import Any
 import networkx as nx
 from pydantic import Field, field_validator, model_validator
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, InfraError
 from ..core.ids import stable_id
 from ..core.prompts import system_prompt
 from ..core.schema import Message, Trajectory
@@ -474,6 +474,7 @@ class _Reasoner:
             },
         )
         if not result.ok:
+            result.raise_for_infra()
             raise PolicyError(result.error or "the reasoner returned nothing")
         c = result.choices[0]
         return PolicyStep(message=c.message, format_errors=list(c.format_errors))
@@ -549,6 +550,9 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
                         await ep.advance(await policy(ep.messages, row.tools))
                 except PolicyError:
                     return role, row, [True] * len(gt.flat_calls())
+                except InfraError as exc:  # the endpoint's failure: no evidence either way
+                    ctx.lost_to_infra(exc, unit="probes")
+                    return role, row, None
                 return role, row, call_failures(ep.result(), gt, row.tools)
 
         jobs = [
@@ -557,7 +561,10 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
             for row in tasks
             for k in range(cfg.probe_rollouts)
         ]
+        ctx.metrics.inc("infra.units", len(jobs))
         for role, row, failed in await asyncio.gather(*jobs):
+            if failed is None:
+                continue
             gt = GroundTruth.from_json(row.ground_truth)
             assert gt is not None
             for g, bad in zip(gt.flat_calls(), failed, strict=True):
@@ -696,6 +703,7 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
         ]
         values = gold_values(gt.flat_calls())
         hints: list[str] = []
+        ctx.metrics.inc("infra.units")
         for attempt in range(cfg.max_attempts):
             ep = Episode(gt, make_env(ctx, task, gt), tools=tools, prefix=opening,
                          limits=cfg.limits.limits())  # fmt: skip
@@ -708,6 +716,9 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
             except PolicyError as exc:
                 ctx.metrics.inc("rejected.generation")
                 ctx.log.debug("hardgen %s: %s", row_id, exc)
+                return None
+            except InfraError as exc:  # the endpoint's failure, not the reasoner's
+                ctx.lost_to_infra(exc, unit="tasks")
                 return None
             result = ep.result()
             verdict = verify_episode(result, gt, tools)

@@ -54,6 +54,7 @@ import pyarrow as pa
 
 from ..core.batch import batches_by_output, to_batch, to_records
 from ..core.config import StrictModel
+from ..core.errors import InfraError
 from ..core.schema import Trajectory
 from .context import Context
 
@@ -228,6 +229,10 @@ class RowStage(MapStage[C]):
     ``async aprocess_row(row, ctx) -> list[Trajectory]`` (async; rows of a batch then run
     concurrently, at most ``concurrency`` at once, on the shared event loop). Rows are read in
     batches of ``batch_rows`` so that async stages have enough rows in flight.
+
+    A row whose processing raises :class:`~trajsynth.core.errors.InfraError` (an LLM endpoint
+    failed for good) yields nothing and is counted (``ctx.lost_to_infra``): the endpoint's
+    failure never becomes a row.
     """
 
     concurrency: ClassVar[int] = 256
@@ -250,19 +255,33 @@ class RowStage(MapStage[C]):
         keeps the input order. Default: input order."""
         return 0.0
 
+    async def _row_or_lost(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
+        try:
+            return await self.aprocess_row(row, ctx)
+        except InfraError as exc:
+            ctx.lost_to_infra(exc)
+            return []
+
+    def _sync_row_or_lost(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
+        try:
+            return list(self.process_row(row, ctx))
+        except InfraError as exc:
+            ctx.lost_to_infra(exc)
+            return []
+
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         for batch in _rebatch(batches, self.batch_rows):
             rows = to_records(batch)
             if self._is_async():
                 order = sorted(range(len(rows)), key=lambda i: -self.priority(rows[i]))
                 done = ctx.gather(
-                    (self.aprocess_row(rows[i], ctx) for i in order), limit=self.concurrency
+                    (self._row_or_lost(rows[i], ctx) for i in order), limit=self.concurrency
                 )
                 results: list[Any] = [None] * len(rows)
                 for i, res in zip(order, done, strict=True):
                     results[i] = res
             else:
-                results = [list(self.process_row(r, ctx)) for r in rows]
+                results = [self._sync_row_or_lost(r, ctx) for r in rows]
             yield from _split_emits([x for res in results for x in res])
             ctx.advance(len(rows))
 

@@ -414,7 +414,12 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
             seed=ctx.row_seed("query", cand.domain, cand.index, t),
             metadata=meta,
         )
+        ctx.metrics.inc("infra.units")
         if not result.ok:
+            if result.infra:  # the endpoint's failure: counted as such, not the writer's
+                ctx.lost_to_infra(RuntimeError(result.error), unit="task queries")
+                cand.failure = "infra_error"
+                return
             cand.failure = "query_writer_failed"
             return
         names = [tl["function"]["name"] for tl in tools]

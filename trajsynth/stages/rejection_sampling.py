@@ -17,19 +17,27 @@ For each task row:
    expect) → ``final_state`` (the gold state hash) → ``outputs`` (required outputs in the
    answer) → ``call_match`` (every gold call matched, BFCL semantics; clarify and no-tool turns
    shaped as the gold) → ``judge`` (optional: APIGen's semantic checker, ``judge`` role). A
-   request that failed for good is a rejection at the ``generation`` layer;
+   request that the endpoint refused (a 4xx, no choices) is a rejection at the ``generation``
+   layer; a rollout whose request failed because of the endpoint (retries exhausted, 429s,
+   circuit open: :class:`~trajsynth.core.errors.InfraError`) is no outcome of the model: it is
+   dropped, counted in ``infra.lost`` (of ``infra.units``, the N per task), and appears
+   neither in ``failed`` nor in the counts below. When the shared first step fails that way,
+   all N rollouts of the task are lost;
 3) rows: a successful rollout goes to the main output; a failed one, with ``failure_layer``
    and ``failure_reason``, to the ``failed`` side output (for repair stages: ECHO, STeCa,
-   JGLV). Every row of the task carries ``rollouts_total = N`` and ``rollouts_passed = c``, the
-   difficulty signal later stages and ``trajsynth stats`` (pass@1, pass@k per capability)
-   read. Read both outputs together for unbiased pass@k: ``trajsynth stats
-   'runs/x/rollouts/**/*.parquet'``.
+   JGLV). Every row of the task carries ``rollouts_total = N`` (less the rollouts lost to the
+   endpoint) and ``rollouts_passed = c``, the difficulty signal later stages and
+   ``trajsynth stats`` (pass@1, pass@k per capability) read. Read both outputs together for
+   unbiased pass@k: ``trajsynth stats 'runs/x/rollouts/**/*.parquet'``. Above the run's
+   ``max_infra_error_rate`` of lost rollouts the runner fails the stage, so that a rerun
+   plays the affected units again (see ``trajsynth.pipeline.runner``).
 
 Scheduling: tasks start longest expected episode first and at most ``episodes_in_flight``
 episodes play at once (twice the role's endpoint concurrency by default), so long episodes
 are not left for last with the endpoint half empty (``bench/generation.py``).
 
-Metrics: ``tasks``, ``tasks_solved``, ``rollouts``, ``passed``, ``rejected.<layer>``.
+Metrics: ``tasks``, ``tasks_solved``, ``rollouts`` (played to a verdict), ``passed``,
+``rejected.<layer>``, ``infra.units`` (rollouts tried), ``infra.lost``.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ..core.errors import InfraError
 from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
 from ..envs.episode import Episode, PolicyStep
@@ -114,6 +123,7 @@ class RejectionSampling(RolloutStage[RejectionSamplingConfig]):
         # 1) N rollouts
         first: list[PolicyStep | None] = [None] * cfg.n
         first_error: str | None = None
+        ctx.metrics.inc("infra.units", cfg.n)
         if cfg.first_step_n and cfg.n > 1:
             shared = LLMPolicy(
                 ctx, cfg.role, task=gt, seed=ctx.row_seed(row.id, "first"),
@@ -123,17 +133,22 @@ class RejectionSampling(RolloutStage[RejectionSamplingConfig]):
                 first = list(await shared.sample(opening, row.tools, cfg.n))
             except PolicyError as exc:
                 first_error = str(exc)
-        outcomes = await asyncio.gather(
+            except InfraError as exc:
+                ctx.lost_to_infra(exc, cfg.n, unit="rollouts")
+                return []
+        played = await asyncio.gather(
             *(self._rollout(ctx, row, gt, opening, r, first[r], first_error) for r in range(cfg.n))
         )
-        # 3) rows
-        passed = sum(1 for _, v, _ in outcomes if v.ok)
-        ctx.metrics.inc("rollouts", cfg.n)
+        # 3) rows (a rollout lost to the endpoint is none: not failed, not in rollouts_total)
+        outcomes = [(r, o) for r, o in enumerate(played) if o is not None]
+        total = len(outcomes)
+        passed = sum(1 for _, (_, v, _) in outcomes if v.ok)
+        ctx.metrics.inc("rollouts", total)
         ctx.metrics.inc("passed", passed)
         ctx.metrics.inc("tasks_solved", 1 if passed else 0)
         out: list[Trajectory | Emit] = []
         kept = 0
-        for r, (result, verdict, judge) in enumerate(outcomes):
+        for r, (result, verdict, judge) in outcomes:
             if not verdict.ok:
                 ctx.metrics.inc(f"rejected.{verdict.layer}")
             traj = episode_row(
@@ -145,7 +160,7 @@ class RejectionSampling(RolloutStage[RejectionSamplingConfig]):
                 key=r,
                 generator=ctx.llm(cfg.role).model,
                 extra={"rollout": r},
-                rollouts_total=cfg.n,
+                rollouts_total=total,
                 rollouts_passed=passed,
                 judge=judge,
             )
@@ -165,9 +180,13 @@ class RejectionSampling(RolloutStage[RejectionSamplingConfig]):
         r: int,
         first: PolicyStep | None,
         first_error: str | None,
-    ) -> tuple[Any, EpisodeVerdict, Any]:
+    ) -> tuple[Any, EpisodeVerdict, Any] | None:
         async with self._episode_slots(ctx):
-            return await self._play(ctx, row, gt, opening, r, first, first_error)
+            try:
+                return await self._play(ctx, row, gt, opening, r, first, first_error)
+            except InfraError as exc:  # the endpoint's failure, not the model's: no outcome
+                ctx.lost_to_infra(exc, unit="rollouts")
+                return None
 
     async def _play(
         self,

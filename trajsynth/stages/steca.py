@@ -75,6 +75,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from ..core.batch import to_batch, to_records
+from ..core.errors import InfraError
 from ..core.ids import canonical_json, stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GroundTruth
@@ -285,11 +286,15 @@ class Steca(GlobalStage[StecaConfig]):
 
         async def one(task_id: str) -> list[Trajectory]:
             async with sem:
+                ctx.metrics.inc("infra.units")
                 try:
                     return await self._task(ctx, sorted(by_task[task_id], key=lambda r: r.id))
                 except PolicyError as exc:
                     ctx.metrics.inc("rejected.generation")
                     ctx.log.debug("steca %s: %s", task_id, exc)
+                    return []
+                except InfraError as exc:  # the endpoint's failure: counted, not a rejection
+                    ctx.lost_to_infra(exc, unit="tasks")
                     return []
 
         results = await asyncio.gather(*(one(t) for t in sorted(by_task)))

@@ -16,7 +16,10 @@ simulator reads (its contracts are in :mod:`trajsynth.llm.sim.contracts`):
 - :func:`edge_judge`: Magnet's LLM check of a graph edge (judge role, mode ``edge``).
 
 A request that fails for good (``ChatResult.error``) raises :class:`PolicyError`, which the
-stage records on the row as a rejection at the ``generation`` layer.
+stage records on the row as a rejection at the ``generation`` layer — unless the endpoint, not
+the request, failed (retries exhausted, 429s, circuit open: ``ChatResult.infra``): that raises
+:class:`~trajsynth.core.errors.InfraError`, which is no ``PolicyError``, so the stage drops
+the rollout and counts it (``infra.lost``) instead of recording it as the model's failure.
 """
 
 from __future__ import annotations
@@ -145,6 +148,7 @@ class LLMPolicy:
         )
         self.requests += 1
         if not result.ok:
+            result.raise_for_infra()
             raise PolicyError(result.error or "the endpoint returned no choices")
         return [
             PolicyStep(
@@ -223,6 +227,7 @@ class LLMUser:
             metadata=meta,
         )
         if not result.ok:
+            result.raise_for_infra()
             raise PolicyError(result.error or "the user simulator returned nothing")
         text = (result.choices[0].message.content or "").strip()
         if not text or self.stop_token in text:

@@ -136,6 +136,7 @@ async def judge_episode(
         metadata=meta,
     )
     if not reply.ok:
+        reply.raise_for_infra()  # the endpoint's failure: the rollout is lost, not judged
         return Judge(verdict="error", rationale=reply.error)
     text = reply.choices[0].message.content or ""
     try:
@@ -221,7 +222,12 @@ class RolloutStage(RowStage[C]):
     """A row stage that plays episodes of each task row (rejection sampling, director/actor,
     TSR, Magnet pairs): I/O-bound, longest expected episodes first, every row counted in
     ``tasks``; a row without ground truth is skipped (``skipped.no_ground_truth``) unless the
-    stage overrides :meth:`rollout_without_task`."""
+    stage overrides :meth:`rollout_without_task`.
+
+    An LLM request that fails because of the endpoint raises
+    :class:`~trajsynth.core.errors.InfraError` out of the policies; a stage that does not
+    catch it per rollout (as rejection sampling and director/actor do) loses the task row's
+    outputs, counted by :class:`~trajsynth.stages.kinds.RowStage` (``infra.lost``)."""
 
     writes = ROLLOUT_WRITES
     io_bound = True
