@@ -50,8 +50,8 @@ def role(server: Any, backend: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-def rejection(base_url: str, out: Path, backend: str, tasks_per_domain: int = 2) -> Any:
-    """A small rejection-sampling run (built-in domains, 4 rollouts per task)."""
+def rejection(base_url: str, out: Path, backend: str, tasks_per_domain: int = 3) -> Any:
+    """A small rejection-sampling run (two built-in domains, 4 rollouts per task)."""
     teacher = {
         "backend": backend,
         "base_url": base_url,
@@ -70,6 +70,7 @@ def rejection(base_url: str, out: Path, backend: str, tasks_per_domain: int = 2)
                     "uses": "magnet_tasks",
                     "with": {
                         "tasks_per_domain": tasks_per_domain,
+                        "domains": ["math", "files"],
                         "graph": {"similarity": "lexical"},
                     },
                 },
