@@ -256,3 +256,64 @@ def test_rejection_sampling_via_batches_accepts_what_the_live_run_accepts(
     journal = (tmp_path / "batch" / "batches" / "journal.jsonl").read_text().splitlines()
     kinds = [json.loads(x)["event"] for x in journal]
     assert kinds.count("submitted") == kinds.count("collected") == m["batches_created"]
+
+
+@pytest.mark.parametrize("created", [True, False])
+def test_a_file_uploaded_before_a_kill_is_adopted_or_submitted_once(
+    serve: Any, tmp_path: Path, created: bool
+) -> None:
+    """Killed between upload and recording the batch: the resumed run finds the batch the
+    server made from the file (created) or creates it now (not created) — once either way."""
+    import openai
+
+    from trajsynth.llm.base import ChatRequest
+    from trajsynth.llm.client import role_config
+    from trajsynth.llm.openai_backend import chat_body
+    from trajsynth.llm.openai_batch import BatchJournal
+
+    server = serve("--batch-delay", "0.1")
+    config = role_config("teacher", {"teacher": role(server, "openai_batch")})
+    requests = [
+        ChatRequest(messages=[{"role": "user", "content": f"hi {i}"}], seed=i) for i in range(3)
+    ]
+    probe = OpenAIBatchBackend(config, role="teacher")  # only for the custom ids
+    keys = [probe.custom_id(r) for r in requests]
+    lines = [
+        {
+            "custom_id": k,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": chat_body(config, r),
+        }
+        for k, r in zip(keys, requests, strict=True)
+    ]
+
+    async def upload() -> str:
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-x")
+        try:
+            data = "".join(json.dumps(x) + "\n" for x in lines).encode()
+            f = await client.files.create(file=("in.jsonl", data), purpose="batch")
+            if created:
+                await client.batches.create(
+                    input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
+                )
+            return f.id
+        finally:
+            await client.close()
+
+    file_id = asyncio.run(upload())
+    BatchJournal(tmp_path / "batches").uploaded(file_id, keys)  # what the killed run wrote
+    backend = OpenAIBatchBackend(config, role="teacher", state_dir=str(tmp_path))
+
+    async def ask() -> list[Any]:
+        try:
+            return list(await asyncio.gather(*(backend.complete(r) for r in requests)))
+        finally:
+            await aclose()
+
+    replies = asyncio.run(ask())
+    assert all(r.choices and r.choices[0].content for r in replies)
+    m = server.metrics()
+    assert m["batches_created"] == 1 and m["batch_custom_ids_repeated"] == 0
+    assert backend.stats["batches_adopted"] == (1 if created else 0)
+    assert backend.stats["requests_from_journal"] == 3 and backend.stats["requests_batched"] == 0
