@@ -460,10 +460,22 @@ class OpenAIBatchBackend(Backend):
         )
         try:
             client = self._client()
+            failures = 0
             while True:
-                batch = await self._call(
-                    "poll the batch", lambda: client.batches.retrieve(batch_id)
-                )
+                try:
+                    batch = await self._call(
+                        "poll the batch", lambda: client.batches.retrieve(batch_id)
+                    )
+                except FatalEndpointError:
+                    raise
+                except EndpointError:
+                    # a batch runs for hours: a failed poll is tried again, not the batch
+                    failures += 1
+                    if failures > self.config.max_retries:
+                        raise
+                    await asyncio.sleep(self.settings.poll_s)
+                    continue
+                failures = 0
                 if batch.status in TERMINAL:
                     break
                 await asyncio.sleep(self.settings.poll_s)
