@@ -317,3 +317,49 @@ def test_a_file_uploaded_before_a_kill_is_adopted_or_submitted_once(
     assert m["batches_created"] == 1 and m["batch_custom_ids_repeated"] == 0
     assert backend.stats["batches_adopted"] == (1 if created else 0)
     assert backend.stats["requests_from_journal"] == 3 and backend.stats["requests_batched"] == 0
+
+
+def test_collected_answers_are_reused_and_failed_lines_sent_again(
+    serve: Any, tmp_path: Path
+) -> None:
+    """After a restart, a line its batch answered comes from the run folder (no request);
+    a line that failed is sent again, in a new batch."""
+    from trajsynth.llm.base import ChatRequest
+    from trajsynth.llm.client import role_config
+    from trajsynth.llm.openai_batch import BatchJournal
+
+    server = serve("--batch-delay", "0.1")
+    config = role_config("teacher", {"teacher": role(server, "openai_batch")})
+    ok, failed = (ChatRequest(messages=[{"role": "user", "content": t}]) for t in ("a", "b"))
+    probe = OpenAIBatchBackend(config, role="teacher")
+    k_ok, k_failed = probe.custom_id(ok), probe.custom_id(failed)
+    journal = BatchJournal(tmp_path / "batches")  # what an earlier run left
+    journal.uploaded("file-old", [k_ok, k_failed])
+    journal.submitted("file-old", "batch_old")
+    answer = {
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "kept"}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+    error = {"error": {"message": "server error", "type": "server_error"}}
+    journal.collected(
+        "batch_old",
+        "completed",
+        {
+            k_ok: {"custom_id": k_ok, "response": {"status_code": 200, "body": answer}},
+            k_failed: {"custom_id": k_failed, "response": {"status_code": 500, "body": error}},
+        },
+    )
+    backend = OpenAIBatchBackend(config, role="teacher", state_dir=str(tmp_path))
+
+    async def ask() -> list[Any]:
+        try:
+            return list(await asyncio.gather(backend.complete(ok), backend.complete(failed)))
+        finally:
+            await aclose()
+
+    kept, resent = asyncio.run(ask())
+    assert kept.choices[0].content == "kept" and kept.usage.prompt_tokens == 3
+    assert resent.choices[0].content and resent.choices[0].content != "kept"
+    m = server.metrics()
+    assert (m["batches_created"], m["batch_requests"]) == (1, 1)

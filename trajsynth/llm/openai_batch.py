@@ -30,8 +30,9 @@ answer comes. For each request:
 
 The journal is ``<run folder>/batches/journal.jsonl`` (append-only JSON lines: ``uploaded``
 with the file id and its custom ids, ``submitted`` with the batch id, ``collected`` with the
-status); answers collected before a kill are read back from the run folder. Answers also go
-to the response cache as usual, so a rerun of a finished stage sends nothing.
+status); answers collected before a kill are read back from the run folder (a line that
+failed, like a failed request, is not kept: a later run sends it again). Answers also go to
+the response cache as usual, so a rerun of a finished stage sends nothing.
 
 Cost: the client prices a batch role's tokens at the batch price (``prices.batch_factor``,
 0.5 by default, or ``batch_prompt_per_mtok`` / ``batch_completion_per_mtok``).
@@ -265,12 +266,20 @@ class OpenAIBatchBackend(Backend):
         if fut is None:
             fut = st.waiters[key] = loop.create_future()
             batch_id = self.journal.locate(key) if self.journal is not None else None
-            if batch_id is not None:
+            answer = None
+            if batch_id is not None and batch_id in self.journal.status:  # type: ignore[union-attr]
+                # collected before a restart: only an answer is reused, like the cache;
+                # a failed line (or one a failed/expired batch never answered) is sent again
+                answer = self.journal.answer(batch_id, key)  # type: ignore[union-attr]
+                if answer is None or (answer.get("response") or {}).get("status_code") != 200:
+                    self.journal.consume(key)  # type: ignore[union-attr]
+                    batch_id = answer = None
+            if answer is not None:
                 self.stats["requests_from_journal"] += 1
-                if batch_id in self.journal.status:  # type: ignore[union-attr]
-                    self._resolve(st, key, self._line(batch_id, key))
-                else:
-                    self._poll(st, batch_id)
+                self._resolve(st, key, {**answer, "batch": batch_id})
+            elif batch_id is not None:
+                self.stats["requests_from_journal"] += 1
+                self._poll(st, batch_id)
             else:
                 self._enqueue(st, key, request)
         record = await asyncio.shield(fut)
@@ -296,16 +305,6 @@ class OpenAIBatchBackend(Backend):
         exc = EndpointError(f"{self._where()}: batch {record.get('batch', '?')}: {message}")
         exc.attempts = 1  # type: ignore[attr-defined]
         raise exc
-
-    def _line(self, batch_id: str, key: str) -> dict[str, Any]:
-        rec = self.journal.answer(batch_id, key) if self.journal is not None else None
-        if rec is None:
-            status = self.journal.status.get(batch_id, "?") if self.journal is not None else "?"
-            return {
-                "batch": batch_id,
-                "error_message": f"the batch ended {status} without an answer for this request",
-            }
-        return {**rec, "batch": batch_id}
 
     def _resolve(self, st: _LoopState, key: str, record: dict[str, Any]) -> None:
         fut = st.waiters.pop(key, None)
