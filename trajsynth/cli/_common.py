@@ -132,8 +132,10 @@ def summary_table(result: RunResult) -> Table:
 
 
 def llm_usage_table(result: RunResult) -> Table | None:
-    """Token usage and cost per stage and LLM role (None when no stage called an LLM)."""
-    from ..llm.usage import llm_usage
+    """Token usage and cost per stage and LLM role (None when no stage called an LLM); the
+    caption gives the run's cost per accepted trajectory (``trajsynth.llm.usage.run_cost``).
+    Roles on ``backend: openai_batch`` are priced at their batch price."""
+    from ..llm.usage import llm_usage, run_cost
 
     rows = []
     for sid, st in result.manifest.stages.items():
@@ -141,7 +143,15 @@ def llm_usage_table(result: RunResult) -> Table | None:
             rows.append((sid, role, u))
     if not rows:
         return None
-    table = Table(title="LLM usage", title_justify="left")
+    cost = run_cost(result.manifest.stages)
+    per = cost["cost_per_accepted"]
+    caption = (
+        f"cost per accepted trajectory: ${per:,.6f} "
+        f"(${cost['cost_usd']:,.4f} / {cost['accepted']:,} rows of {cost['accepted_stage']})"
+        if per is not None
+        else "cost per accepted trajectory: - (no rows accepted)"
+    )
+    table = Table(title="LLM usage", title_justify="left", caption=caption, caption_justify="left")
     for col in (
         "stage",
         "role",

@@ -4,6 +4,7 @@
     trajsynth serve --backend sim --port 0 --latency-ms 200 --fault-rate 0.2
     trajsynth serve --backend local --model runs/tiny/artifacts/sft/final
     trajsynth serve --backend local --model smollm2-135m
+    trajsynth serve --backend sim --port 0 --batch-delay 2   # /v1/batches complete after 2 s
 
 It prints ``listening on http://HOST:PORT/v1`` once ready (``--port 0`` picks a free port,
 which tests read from that line) and runs until interrupted.
@@ -59,9 +60,14 @@ def serve(
     model_name: Annotated[
         str | None, typer.Option("--model-name", help="Name reported in /v1/models.")
     ] = None,
+    batch_delay: Annotated[
+        float,
+        typer.Option("--batch-delay", help="Seconds until a /v1/batches batch completes."),
+    ] = 1.0,
     uvloop: Annotated[bool, typer.Option(help="Use uvloop when installed.")] = True,
 ) -> None:
-    """Serve /v1/chat/completions and /v1/models (plus /metrics) over sim or a local model."""
+    """Serve /v1/chat/completions, /v1/models, /v1/files and /v1/batches (plus /metrics) over
+    sim or a local model."""
     from ..llm.base import RoleConfig
     from ..llm.server import READY_LINE, Latency, ServerOptions
     from ..llm.server import serve as run_server
@@ -102,6 +108,7 @@ def serve(
         seed=seed,
         ignore_n=ignore_n,
         parse_calls=backend == "local",
+        batch_delay_s=batch_delay,
     )
 
     def ready(bound_host: str, bound_port: int) -> None:

@@ -12,6 +12,8 @@ Modules:
 - ``client``: caching, parsing, usage accounting, error recording, the per-process registry;
 - ``openai_backend`` (+ ``limiter``): any OpenAI-compatible endpoint, adaptive concurrency,
   retries by error class;
+- ``openai_batch``: the endpoint's batch API (``/v1/files`` + ``/v1/batches``), requests
+  collected into batch files, a journal in the run folder so a resumed run collects them;
 - ``sim``: the seeded simulator for every role (the offline default);
 - ``local``: a transformers causal LM from a folder, batched;
 - ``scripted``: answers from a Python function, for stage tests (``use_scripted(ctx, ...)``);

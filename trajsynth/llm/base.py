@@ -14,9 +14,11 @@ A stage asks its context for a role (``ctx.llm("teacher")``) and awaits ``chat``
     else:
         row_error = result.error               # the final failure, recorded on the row
 
-Three backends sit behind it (``backend:`` in a role's config):
+Four backends sit behind it (``backend:`` in a role's config):
 
 - ``openai``: any OpenAI-compatible endpoint over HTTP (``trajsynth.llm.openai_backend``);
+- ``openai_batch``: the same endpoint's batch API (``/v1/files`` + ``/v1/batches``) at batch
+  prices, requests collected into batch files (``trajsynth.llm.openai_batch``);
 - ``sim``: the seeded simulator, the offline default for every role (``trajsynth.llm.sim``);
 - ``local``: a transformers causal LM from a folder (``trajsynth.llm.local``).
 
@@ -42,6 +44,7 @@ __all__ = [
     "INFRA_ERROR_TYPES",
     "Backend",
     "BackendReply",
+    "BatchConfig",
     "ChatRequest",
     "ChatResult",
     "Choice",
@@ -253,12 +256,28 @@ class Prices(StrictModel):
 
     prompt_per_mtok: float = Field(0.0, ge=0, description="$ per 1M prompt tokens.")
     completion_per_mtok: float = Field(0.0, ge=0, description="$ per 1M completion tokens.")
+    batch_factor: float = Field(
+        0.5,
+        ge=0,
+        description="Batch price as a share of the live price (backend openai_batch), unless "
+        "batch_prompt_per_mtok / batch_completion_per_mtok are set.",
+    )
+    batch_prompt_per_mtok: float | None = Field(
+        None, ge=0, description="$ per 1M prompt tokens sent in batches."
+    )
+    batch_completion_per_mtok: float | None = Field(
+        None, ge=0, description="$ per 1M completion tokens answered in batches."
+    )
 
-    def cost(self, usage: Usage) -> float:
-        return (
-            usage.prompt_tokens * self.prompt_per_mtok
-            + usage.completion_tokens * self.completion_per_mtok
-        ) / 1e6
+    def cost(self, usage: Usage, *, batch: bool = False) -> float:
+        """Dollars for ``usage`` at the live price, or at the batch price when ``batch``."""
+        prompt, completion = self.prompt_per_mtok, self.completion_per_mtok
+        if batch:
+            f = self.batch_factor
+            bp, bc = self.batch_prompt_per_mtok, self.batch_completion_per_mtok
+            prompt = f * prompt if bp is None else bp
+            completion = f * completion if bc is None else bc
+        return (usage.prompt_tokens * prompt + usage.completion_tokens * completion) / 1e6
 
 
 class LocalConfig(StrictModel):
@@ -278,6 +297,33 @@ class LocalConfig(StrictModel):
     )
 
 
+class BatchConfig(StrictModel):
+    """Settings of ``backend: openai_batch`` (the endpoint's ``/v1/batches`` API)."""
+
+    flush_idle_s: float = Field(
+        2.0,
+        gt=0,
+        description="A batch is submitted once no new request arrived for this long (so the "
+        "open episodes of a rollout stage go together, one turn per batch).",
+    )
+    max_wait_s: float = Field(
+        60.0, gt=0, description="...or once its oldest request waited this long."
+    )
+    max_requests: int = Field(
+        50_000, ge=1, description="...or once it holds this many requests (OpenAI: 50,000)."
+    )
+    max_bytes: int = Field(
+        150_000_000, ge=1, description="...or this many bytes of JSONL (OpenAI: 200 MB)."
+    )
+    poll_s: float = Field(30.0, gt=0, description="Seconds between polls of a running batch.")
+    completion_window: str = Field("24h", description="The batch's completion window.")
+    journal: bool = Field(
+        True,
+        description="Record submitted batches in the run folder (batches/journal.jsonl) so a "
+        "resumed run collects them instead of submitting again.",
+    )
+
+
 class RoleConfig(StrictModel):
     """One LLM role of a pipeline (``defaults.llm.<role>``).
 
@@ -291,8 +337,10 @@ class RoleConfig(StrictModel):
           judge:   {backend: sim, sim: {judge_accuracy: 0.85}}
     """
 
-    backend: Literal["openai", "sim", "local"] = Field(
-        "sim", description="openai (any OpenAI-compatible HTTP endpoint), sim, or local."
+    backend: Literal["openai", "openai_batch", "sim", "local"] = Field(
+        "sim",
+        description="openai (any OpenAI-compatible HTTP endpoint), openai_batch (its batch "
+        "API), sim, or local.",
     )
     model: str = Field("", description="Model name (openai) or folder (local).")
     base_url: str | None = Field(
@@ -370,6 +418,9 @@ class RoleConfig(StrictModel):
         default_factory=dict, description="Simulator settings (trajsynth.llm.sim.SimConfig)."
     )
     local: LocalConfig = Field(default_factory=LocalConfig, description="Local model settings.")
+    batch: BatchConfig = Field(
+        default_factory=BatchConfig, description="Batch API settings (backend openai_batch)."
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -394,7 +445,8 @@ class RoleConfig(StrictModel):
 
     def identity(self) -> dict[str, Any]:
         """What identifies the model answering (part of every cache key; no secrets)."""
-        if self.backend == "openai":
+        if self.backend in ("openai", "openai_batch"):
+            # the same model answers live and batch requests alike: they share cache entries
             return {"backend": "openai", "base_url": self.base_url or "", "model": self.model}
         if self.backend == "local":
             return {"backend": "local", "model": self.model}

@@ -136,6 +136,7 @@ class LLMClient:
         self.cache = cache
         self._identity = {**config.identity(), **backend.fingerprint()}
         self._key_has_metadata = config.backend == "sim" or config.send_metadata
+        self._batch = bool(getattr(backend, "batch_priced", False))  # priced at batch rates
 
     @property
     def model(self) -> str:
@@ -263,7 +264,7 @@ class LLMClient:
             model=reply.model or self.model,
             backend=self.backend.name,
             cached=cached,
-            cost_usd=0.0 if cached else self.config.prices.cost(reply.usage),
+            cost_usd=0.0 if cached else self.config.prices.cost(reply.usage, batch=self._batch),
             error=error,
             error_type="endpoint" if error else None,
             partial_errors=reply.partial_errors,
@@ -378,12 +379,17 @@ def role_config(role: str, roles: dict[str, dict[str, Any]] | None) -> RoleConfi
         raise ConfigError("; ".join(parts)) from None
 
 
-def build_backend(role: str, config: RoleConfig) -> Backend:
-    """The backend object for a role's settings."""
+def build_backend(role: str, config: RoleConfig, *, run_dir: str | None = None) -> Backend:
+    """The backend object for a role's settings (``run_dir``: where a batch backend keeps its
+    journal of submitted batches)."""
     if config.backend == "openai":
         from .openai_backend import OpenAIBackend
 
         return OpenAIBackend(config, role=role)
+    if config.backend == "openai_batch":
+        from .openai_batch import OpenAIBatchBackend
+
+        return OpenAIBatchBackend(config, role=role, state_dir=run_dir)
     if config.backend == "local":
         from .local import LocalBackend
 
@@ -417,18 +423,22 @@ def client_for_role(
     config = role_config(role, roles)
     cache_dir = config.cache_dir or (getattr(spec, "cache_dir", None) if spec else None)
     use_cache = config.use_cache() and cache_dir is not None and not os.environ.get(NO_CACHE_ENV)
+    run_dir = None
+    if config.backend == "openai_batch" and spec is not None:
+        run_dir = getattr(spec, "run_dir", None) or getattr(spec, "cache_dir", None)
     key = stable_hash(
         {
             "role": role,
             "config": config.model_dump(mode="json", exclude={"api_key"}),
             "key": stable_hash(config.api_key.get_secret_value()) if config.api_key else None,
             "cache": cache_dir if use_cache else None,
+            "run_dir": run_dir,
         }
     )
     with _REGISTRY_LOCK:
         client = _REGISTRY.get(key)
         if client is None:
-            backend = build_backend(role, config)
+            backend = build_backend(role, config, run_dir=run_dir)
             cache = ResponseCache(cache_dir) if use_cache and cache_dir else None
             client = _REGISTRY[key] = LLMClient(role, config, backend, cache)
     return RoleClient(client, metrics)
@@ -445,6 +455,10 @@ async def aclose() -> None:
         from .openai_backend import aclose_http_clients
 
         await aclose_http_clients()
+    if "trajsynth.llm.openai_batch" in sys.modules:
+        from .openai_batch import aclose_batch_clients
+
+        await aclose_batch_clients()
 
 
 def reset_clients() -> None:

@@ -61,7 +61,13 @@ from .base import (
 )
 from .limiter import AIMDLimiter, CircuitBreaker
 
-__all__ = ["OpenAIBackend", "aclose_http_clients", "retry_after_seconds"]
+__all__ = [
+    "OpenAIBackend",
+    "aclose_http_clients",
+    "chat_body",
+    "reply_from_json",
+    "retry_after_seconds",
+]
 
 # per event loop: (base_url, model) -> limiter, and (base_url, key hash, pool) -> SDK client
 _LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], AIMDLimiter]]
@@ -93,6 +99,30 @@ def retry_after_seconds(headers: Any, default: float) -> float:
             return max(0.0, when.timestamp() - time.time())
     except (TypeError, ValueError, OverflowError):
         return default
+
+
+def chat_body(config: RoleConfig, request: ChatRequest) -> dict[str, Any]:
+    """The ``/chat/completions`` body of ``request`` for the role's model (shared with the
+    batch backend, whose batch lines carry the same body)."""
+    body: dict[str, Any] = {"model": config.model, "messages": request.messages}
+    if request.tools:
+        body["tools"] = request.tools
+    if request.n != 1:
+        body["n"] = request.n
+    for name in ("temperature", "top_p", "max_tokens", "seed", "stop"):
+        value = getattr(request, name)
+        if value is not None:
+            body[name] = value
+    if request.logprobs:
+        body["logprobs"] = True
+        if request.top_logprobs:
+            body["top_logprobs"] = request.top_logprobs
+    body.update(config.extra_body)
+    if request.extra_body:
+        body.update(request.extra_body)
+    if config.send_metadata and request.metadata is not None:
+        body["trajsynth_metadata"] = request.metadata
+    return body
 
 
 def _counted(exc: EndpointError, attempts: int) -> EndpointError:
@@ -311,24 +341,7 @@ class OpenAIBackend(Backend):
         """One HTTP request; raises _Retry for retryable failures, EndpointError otherwise."""
         import openai
 
-        body: dict[str, Any] = {"model": self.model, "messages": request.messages}
-        if request.tools:
-            body["tools"] = request.tools
-        if request.n != 1:
-            body["n"] = request.n
-        for name in ("temperature", "top_p", "max_tokens", "seed", "stop"):
-            value = getattr(request, name)
-            if value is not None:
-                body[name] = value
-        if request.logprobs:
-            body["logprobs"] = True
-            if request.top_logprobs:
-                body["top_logprobs"] = request.top_logprobs
-        body.update(self.config.extra_body)
-        if request.extra_body:
-            body.update(request.extra_body)
-        if self.config.send_metadata and request.metadata is not None:
-            body["trajsynth_metadata"] = request.metadata
+        body = chat_body(self.config, request)
         self.stats["sent"] += 1
         try:
             # the SDK's generic `post` (its documented way to call any endpoint): same HTTP
@@ -383,7 +396,7 @@ class OpenAIBackend(Backend):
             self.stats["transient"] += 1
             raise _Retry("transient", f"unreadable response body: {exc}"[:300]) from None
         try:
-            reply = _reply_from_json(data, self.model)
+            reply = reply_from_json(data, self.model)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             self.stats["transient"] += 1
             raise _Retry("transient", f"malformed completion: {exc}"[:300]) from None
@@ -504,7 +517,7 @@ def _body_bytes(body: dict[str, Any]) -> bytes:
         return json.dumps(clean_json(body), ensure_ascii=False).encode()
 
 
-def _reply_from_json(data: Any, model: str) -> BackendReply:
+def reply_from_json(data: Any, model: str) -> BackendReply:
     """A chat.completion JSON object → BackendReply (tolerant of servers that omit fields)."""
     if (
         not isinstance(data, dict)
