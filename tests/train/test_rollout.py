@@ -138,3 +138,25 @@ def test_token_in_needs_a_local_backend() -> None:
         ChatPlayer(client, tokens=True)
     with pytest.raises(ConfigError, match="needs backend: local"):
         asyncio.run(client.chat([{"role": "user", "content": "hi"}], prompt_token_ids=[1, 2]))
+
+
+def test_an_endpoint_that_fails_for_good_stops_the_probe_instead_of_failing_the_task() -> None:
+    """A request whose retries ran out is the endpoint's failure, not the student's: the
+    probe (eval, GCP) raises InfraError instead of recording a failed episode; a request the
+    endpoint refused (a 4xx) is still the episode's error."""
+    from trajsynth.core.errors import InfraError
+    from trajsynth.llm.base import ChatResult
+
+    class Failing:
+        def __init__(self, error_type: str) -> None:
+            self.error_type = error_type
+
+        async def chat(self, *args, **kwargs) -> ChatResult:
+            return ChatResult(error="HTTP 503 after 3 tries", error_type=self.error_type)
+
+    rows = task_variants(2, seed=0)
+    cfg = RolloutConfig(temperature=0.0, max_steps=2)
+    with pytest.raises(InfraError, match="503"):
+        run_rollouts(rows, ChatPlayer(Failing("infra")), env_maker(200), cfg)
+    refused = run_rollouts(rows, ChatPlayer(Failing("endpoint")), env_maker(200), cfg)
+    assert [r.error for r in refused] == ["RuntimeError: HTTP 503 after 3 tries"] * 2

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from pydantic import Field
 
 from ..core.config import StrictModel
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, InfraError
 from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
@@ -257,6 +257,7 @@ class ChatPlayer:
                 **extra,
             )
             if not result.ok:
+                result.raise_for_infra()  # the endpoint failed for good: not the model's turn
                 raise RuntimeError(result.error or "the endpoint returned no choice")
             choice = result.choices[0]
             lps = [t.logprob for t in choice.logprobs] if choice.logprobs else None
@@ -328,6 +329,8 @@ async def _one(
     error = None
     try:
         await play(ep, player.policy(row, seed, cfg))
+    except InfraError:
+        raise  # an endpoint that failed for good is not the student's failure: the probe stops
     except Exception as exc:  # an episode that breaks is recorded, not fatal to the batch
         error = f"{type(exc).__name__}: {exc}"
     finally:
