@@ -473,7 +473,7 @@ def test_report_per_iteration_and_capability() -> None:
     assert report["iterations"][0]["student_tool_match"]["overall"] == 1.0
     text = _markdown(report)
     assert "Weak capabilities, mean exact_match: 0.00 in iteration 1 → 1.00 in iteration 3" in text
-    assert "beats it by +0.33, +0.50 on the weak capabilities" in text
+    assert "last iteration against it: +0.33, +0.50 on the weak capabilities" in text
 
 
 def test_static_baseline_matches_the_size_the_loop_trained_on() -> None:

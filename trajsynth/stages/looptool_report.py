@@ -221,9 +221,9 @@ def _markdown(report: dict[str, Any]) -> str:
         )
         lines += [
             "",
-            f"Static baseline (the same student, the same training budget, as many plain "
+            f"Static baseline (the same student and training budget on as many plain "
             f"teacher rows as the loop trained on): {report['metric']} {overall:.2f} on the "
-            f"probe set; the loop's last iteration beats it by "
+            f"probe set; the loop's last iteration against it: "
             f"{static['loop_minus_static']:+.2f}{weak_line}.",
         ]
     lines += [
