@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...core.config import StrictModel
 
@@ -71,6 +72,18 @@ class SandboxConfig(StrictModel):
         "/lib, /etc without its secrets) and the Python installation.",
     )
     image: str = Field("python:3.11-slim", description="Docker image (kind=docker).")
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts_outside_tmp(cls, value: list[str]) -> list[str]:
+        for path in value:
+            norm = os.path.normpath(os.path.abspath(path))
+            if norm == "/tmp" or norm.startswith("/tmp/"):
+                raise ValueError(
+                    f"cannot mount {path!r}: /tmp inside the sandbox is its own (mount a "
+                    "folder outside /tmp)"
+                )
+        return value
 
 
 class SandboxResult(BaseModel):
