@@ -6,29 +6,41 @@ trajsynth process's).
 
 Setup, once per worker (MODE ``namespace``):
 
+0) join a memory cgroup of its own (:class:`MemoryCgroup`: v2 when the memory controller is
+   delegated, else v1 when writable), so every process of an execution is charged to it;
 1) ``unshare`` new network, mount and PID namespaces (plus a user namespace when not root,
    mapping the caller to uid 0 inside): the network namespace has only a loopback that is
-   down, so nothing can be reached;
-2) make every mount read-only (``mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)``, or a
-   remount of each mount point on older kernels) and mount a size-limited tmpfs on SCRATCH,
-   the only writable place;
-3) fork the serving process, which is PID 1 of the new PID namespace, and mount a fresh
-   ``/proc`` there so no host process is visible.
+   down, so nothing can be reached, and abstract UNIX sockets are per network namespace;
+2) fork the serving process, PID 1 of the new PID namespace, which builds a private root on
+   a tmpfs (:func:`build_root`: the host's system folders, /etc without its secrets, the
+   interpreter and the configured mounts bound from the host; a minimal /dev; a fresh
+   /proc), pivots into it and detaches the host's root, so nothing else of the host
+   (its /tmp, runs, caches, home, project, UNIX sockets) is reachable;
+3) make every mount read-only and nosuid (``mount_setattr(AT_RECURSIVE)``, or a remount of
+   each mount point on older kernels) but /proc, and mount a private, size-limited /tmp:
+   the run folder, the only writable place;
+3a) set the namespace limits of the server's user namespace to 0 (``max_user_namespaces``
+   and the others), so no run can nest a user namespace or get a mount namespace to mount
+   in. As real root the server first enters a user namespace of its own (its parent, still
+   privileged on the host, maps root and the runs' uid to themselves), so the limits bind
+   the runs and not the host; without root, the user namespace of step 1 is that one.
 
 MODE ``bwrap`` means bubblewrap already did 1-3 (the worker runs as PID 1, ``--as-pid-1``);
 MODE ``rlimit`` means no isolation is available: only rlimits and the uid switch apply.
 
 Per execution (a request on stdin: 4-byte big-endian length + JSON):
 
-4) make a private run folder under SCRATCH (one per worker, emptied after each run) and
-   write the request's files into it;
+4) the run folder (/tmp, or in rlimit mode a folder under SCRATCH; emptied after each run)
+   gets the request's files;
 5) fork a child: new session (its own process group), stdin/stdout/stderr on pipes, every
    other file descriptor closed, cwd = the run folder, rlimits (CPU, address space, file
-   size, processes, open files, no core dumps), a uid of its own when the worker is root
-   (otherwise all capabilities dropped), ``no_new_privs`` (set once on the worker, and
-   inherited), a scrubbed environment; then it runs the Python code in-process (no
-   interpreter start-up; code up to 20,000 characters arrives compiled by the worker) or
-   ``execve``s the argv;
+   size, processes, open files, no core dumps), a uid of its own when the worker is root,
+   no capabilities at all (and, from 3a, no namespace of any kind can be created);
+   ``no_new_privs`` (set once on the worker, and inherited), a scrubbed environment; the
+   memory limit of the whole execution goes to the worker's cgroup (without one, the worker
+   samples the execution's memory every 10 ms and kills it above the limit); then it runs
+   the Python code in-process (no interpreter start-up; code up to 20,000 characters arrives
+   compiled by the worker) or ``execve``s the argv;
 6) collect output (capped) until the child exits or the wall-clock timeout, which kills the
    process group;
 7) kill everything the execution left behind: as PID 1 of the namespace, ``kill(-1,
@@ -335,30 +347,42 @@ def drop_capabilities():
 NS_LIMITS = ("user", "mnt", "net", "pid", "ipc", "uts", "cgroup")
 
 
-def confine_userns(uid, gid):
-    """Step 5a: the run gets a user namespace of its own in which it may create no namespace
-    at all (its ``max_*_namespaces`` are 0), so it can neither nest a user namespace nor, with
-    the capabilities dropped right after, mount anything. Returns False when user namespaces
-    cannot be created here at all (then the run cannot create one either)."""
-    if libc().unshare(CLONE_NEWUSER) != 0:
-        e = ctypes.get_errno()
-        if e in (errno.EPERM, errno.ENOSPC, errno.EUSERS, errno.EACCES):
-            return False
-        raise OSError(e, f"unshare(CLONE_NEWUSER): {os.strerror(e)}")
-    for path, text in (
-        ("/proc/self/setgroups", "deny"),
-        ("/proc/self/uid_map", f"{uid} {uid} 1"),
-        ("/proc/self/gid_map", f"{gid} {gid} 1"),
-    ):
-        with open(path, "w") as f:
-            f.write(text)
+def limit_namespaces():
+    """Step 3a: no process of our user namespace may create a namespace of any kind (each
+    user namespace has its own ``max_*_namespaces``; ours become 0). Returns False when the
+    limits cannot be written."""
+    done = False
     for kind in NS_LIMITS:
         try:
             with open(f"/proc/sys/user/max_{kind}_namespaces", "w") as f:
                 f.write("0")
+            done = True
         except FileNotFoundError:
             pass
-    return True
+        except OSError:
+            return False
+    return done
+
+
+def enter_own_userns(sync_w, go_r):
+    """Step 3a as real root: a user namespace of our own, mapping root and the runs' uid to
+    themselves (written by our parent, which still holds CAP_SETUID on the host), so the
+    namespace limits we set in it bind the runs and nothing else of the host."""
+    _check(libc().unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    os.write(sync_w, b"u")
+    if os.read(go_r, 1) != b"k":
+        raise OSError(errno.EPERM, "the user namespace maps could not be written")
+
+
+def write_maps(proc_fd, exec_uid):
+    """The parent's half of :func:`enter_own_userns`."""
+    text = f"0 0 1\n{exec_uid} {exec_uid} 1\n"
+    for name in ("uid_map", "gid_map"):
+        fd = os.open(name, os.O_WRONLY, dir_fd=proc_fd)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
 
 
 # --------------------------------------------------------------------------------------
@@ -428,6 +452,11 @@ class MemoryCgroup:
                         return None
             except OSError:
                 return None
+            try:  # works where the parent has no processes of its own, or is the root
+                with open(os.path.join(parent, "cgroup.subtree_control"), "w") as f:
+                    f.write("+memory")
+            except OSError:
+                pass
         cls._remove_stale(parent)
         path = os.path.join(parent, f"trajsynth-sandbox-{os.getpid()}")
         try:
@@ -582,7 +611,8 @@ class Worker:
         self.run_dir = "/tmp" if self.private_root else None
         # without a cgroup, a watchdog samples the execution's memory (private /proc only)
         self.watch = memory is None and self.pid1 and proc == "private"
-        self.userns = True  # whether runs get a user namespace of their own (step 5a)
+        self.ns_limits = False  # whether step 3a set our namespace limits to 0
+        self.exit_after_answer = False
 
     def warm_up(self, preload):
         """Pay once, in the worker, the first-use costs every child would pay after fork:
@@ -625,9 +655,9 @@ class Worker:
             os.close(r)
             verdict = b"?"
             try:
-                own = self.confine()
+                self.confine()
                 nested = libc().unshare(CLONE_NEWUSER) == 0
-                verdict = b"N" if nested else (b"B" if own else b"U")
+                verdict = b"N" if nested else (b"B" if self.ns_limits else b"U")
             finally:
                 os.write(w, verdict)
                 os._exit(0)
@@ -640,23 +670,17 @@ class Worker:
             b"U": "blocked (user namespaces not permitted here)",
             b"N": "NOT blocked",
         }.get(verdict, "unknown (probe failed)")
-        self.userns = verdict == b"B"
         return info
 
     def confine(self):
-        """Step 5a (after the rlimits): the run's uid, its own user namespace, no
-        capabilities. Returns whether the run got a user namespace of its own."""
+        """Step 5 (after the rlimits): the run's uid (real root only) and no capabilities."""
         if self.exec_uid is not None:
             os.setgroups([])
             os.setresgid(self.exec_uid, self.exec_uid, self.exec_uid)
             os.setresuid(self.exec_uid, self.exec_uid, self.exec_uid)
             libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files stay readable
-        own = False
         if self.private_root:
-            if self.userns:
-                own = confine_userns(os.getuid(), os.getgid())
             drop_capabilities()
-        return own
 
     def serve(self, info, preload=()):
         self.warm_up(preload)
@@ -678,6 +702,8 @@ class Worker:
                 resp = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
             resp["id"] = req.get("id")
             send(self.ctl_out, resp)
+            if self.exit_after_answer:  # its run folder is unusable: the pool starts another
+                return
 
     # 4) run folder
     def prepare(self, req):
@@ -745,11 +771,12 @@ class Worker:
         except OSError:
             if not self.private_root:  # a run made its folder unremovable: use a new one
                 self.run_dir = None
-            elif self.mode == "namespace":  # a fresh /tmp
-                _check(libc().umount2(b"/tmp", MNT_DETACH), "umount /tmp")
-                mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, self.tmp_options)
-            else:
-                raise
+            else:  # a fresh /tmp where we may still mount; else a fresh worker
+                try:
+                    _check(libc().umount2(b"/tmp", MNT_DETACH), "umount /tmp")
+                    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, self.tmp_options)
+                except OSError:
+                    self.exit_after_answer = True
         return result
 
     def set_environment(self, run_dir, extra):
@@ -1054,15 +1081,36 @@ def run_worker(mode, scratch, config, ctl_in, ctl_out):
                 info["cgroup"] = memory.path
         if mode == "namespace":
             unshare_namespaces()  # 1
+            sync_r, sync_w = os.pipe()
+            go_r, go_w = os.pipe()
             pid = os.fork()  # the server is PID 1 of the new namespace
             if pid:
                 os.close(ctl_in)
                 if ctl_out != ctl_in:
                     os.close(ctl_out)
+                os.close(sync_w)
+                os.close(go_r)
+                proc_fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY)
+                if os.read(sync_r, 1) == b"u":  # 3a: map the server's own user namespace
+                    try:
+                        write_maps(proc_fd, exec_uid)
+                        os.write(go_w, b"k")
+                    except OSError:
+                        os.write(go_w, b"x")
                 _, status = os.waitpid(pid, 0)
                 os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+            os.close(sync_r)
+            os.close(go_w)
             libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             proc = setup_root(scratch, tmpfs_mb, config.get("mounts") or ())  # 2-3
+            if real_root:
+                try:
+                    enter_own_userns(sync_w, go_r)
+                except OSError as exc:
+                    info["userns"] = f"none ({exc.strerror})"
+            os.close(sync_w)
+            os.close(go_r)
+            info["ns_limits"] = limit_namespaces()
         elif mode == "bwrap":
             proc = "private"  # bubblewrap mounted it
         elif mode == "rlimit":
@@ -1073,6 +1121,7 @@ def run_worker(mode, scratch, config, ctl_in, ctl_out):
     info["proc"] = proc
     worker = Worker(mode, scratch, ctl_in, ctl_out, exec_uid, memory, proc)
     worker.tmp_options = f"size={tmpfs_mb}m,mode=1777"
+    worker.ns_limits = bool(info.pop("ns_limits", False))
     info.update(worker.probe())
     worker.serve(info, config.get("preload", ()))
     os._exit(0)
