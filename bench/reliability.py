@@ -19,9 +19,16 @@ Measures (last line, one JSON object):
 - ``infra_as_model_failures``: rejected rollouts of the faulty run whose reason is an endpoint
   failure (5xx, 429, timeout, unreadable body, retries exhausted, circuit open), i.e. endpoint
   failures recorded as the model's; the rollouts the stage dropped and counted instead
-  (``infra.lost``) are shown in the table.
-
-Not measured here (absent from the JSON): ``kill_identical`` and ``sandbox_escapes``.
+  (``infra.lost``) are shown in the table;
+- ``kill_identical`` (of ``kill_trials``, ``--kills``, 20): ``kill -9`` of ``trajsynth run
+  pipelines/echo_steca.yaml`` (scaled down with ``--set``) at a seeded random moment, then a
+  resumed run, identical to an uninterrupted run in every stage folder, with no temporary
+  file and no process of the killed run left (``tests/reliability/runkit.py``);
+- ``sandbox_escapes``: of the escape cases of ``tests/reliability/escapekit.py`` run against
+  the default sandbox, how many got out (``sandbox`` in the table says which isolation);
+- ``secret_leaks``: places (files of run folders and caches, the console) where an API key
+  passed by flag, environment or YAML, to a working, a 401 and an unreachable endpoint,
+  was found.
 """
 
 from __future__ import annotations
@@ -39,7 +46,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "reliability"))
 
+from escapekit import escape_sandbox, run_escapes  # noqa: E402
 from faultkit import FaultProxy, corrupt_file, fuzz_parser  # noqa: E402
+from runkit import kill_trials, secret_trials  # noqa: E402
 
 from trajsynth.core.errors import DataError  # noqa: E402
 from trajsynth.llm.client import reset_clients  # noqa: E402
@@ -141,6 +150,17 @@ _ENDPOINT_FAILURE = re.compile(
 )
 
 
+def sandbox_escapes() -> tuple[int, list[str], str]:
+    """(escapes, the cases that got out, the isolation) against the default sandbox."""
+    from trajsynth.envs.sandbox import describe
+
+    with escape_sandbox() as box:
+        info = describe(box.info())
+        results = run_escapes(box)
+    out = [name for name, (escaped, _) in results.items() if escaped]
+    return len(out), out, info
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes")
@@ -153,9 +173,12 @@ def main() -> None:
     ap.add_argument("--hang-s", type=float, default=30.0)
     ap.add_argument("--timeout-s", type=float, default=5.0, help="the roles' request timeout")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kills", type=int, default=None, help="kill -9 trials (default 20)")
     args = ap.parse_args()
     if args.quick:
         args.fuzz, args.corrupt, args.tasks, args.n = 1000, 5, 3, 2
+    if args.kills is None:
+        args.kills = 3 if args.quick else 20
 
     rows: list[tuple[str, str]] = []
     fuzz = fuzz_parser(args.fuzz, seed=args.seed)
@@ -188,6 +211,11 @@ def main() -> None:
                 proxy.base_url, Path(tmp) / "faulty", args.tasks, args.n, args.timeout_s
             )
             injected = {k: v for k, v in proxy.counts.items() if k != "ok"}
+        with tempfile.TemporaryDirectory(prefix="trajsynth-secrets-") as sec_tmp:
+            secrets = secret_trials(Path(sec_tmp), server.base_url)
+    escapes, escaped, sandbox = sandbox_escapes()
+    with tempfile.TemporaryDirectory(prefix="trajsynth-kill-") as kill_tmp:
+        kills = kill_trials(Path(kill_tmp), args.kills, seed=args.seed)
     slowdown = faulty["seconds"] / max(clean["seconds"], 1e-9)
     accepted = faulty["accepted"] / max(clean["accepted"], 1)
     rows.append(
@@ -205,6 +233,16 @@ def main() -> None:
     rows.append(("faults injected", ", ".join(f"{k}={v}" for k, v in sorted(injected.items()))))
     rows.append(("rollouts lost to the endpoint", f"{faulty['infra_lost']} (dropped, counted)"))
     rows.append(("request timeout / hang", f"{args.timeout_s:g} s / {args.hang_s:g} s"))
+    bad = [r for r in kills["results"] if not (r["identical"] and not r["orphans"]
+                                               and not r["leftovers"])]  # fmt: skip
+    rows.append(("kill -9 + resume identical", f"{kills['ok']} of {kills['trials']} "
+                 f"(uninterrupted run {kills['reference_s']} s)"))  # fmt: skip
+    for r in bad:
+        rows.append(("  not identical", json.dumps(r)[:300]))
+    rows.append(("sandbox", sandbox))
+    rows.append(("sandbox escapes", f"{escapes} ({', '.join(escaped) or 'none'})"))
+    leaks = [(r["case"], r["leaks"]) for r in secrets["results"] if r["leaks"]]
+    rows.append(("secret cases / leaks", f"{secrets['cases']} / {secrets['leaks']} {leaks or ''}"))
 
     width = max(len(k) for k, _ in rows)
     print(f"{'measure':<{width}}  value")
@@ -219,6 +257,10 @@ def main() -> None:
                 "fuzz_crashes": len(fuzz["crashes"]),
                 "fuzz_slow": fuzz["slow"],
                 "corrupt_undetected": undetected,
+                "kill_identical": kills["ok"],
+                "kill_trials": kills["trials"],
+                "sandbox_escapes": escapes,
+                "secret_leaks": secrets["leaks"],
             }
         )
     )

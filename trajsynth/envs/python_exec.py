@@ -1,8 +1,11 @@
 """``python_exec``: a code-execution tool on the sandbox, usable in any domain.
 
 The model sends Python source; it runs in :class:`~trajsynth.envs.sandbox.Sandbox` (no
-network, read-only file system outside a private temp folder, resource limits, a wall-clock
-timeout) and the tool returns stdout, stderr, the exit code and whether a limit stopped it.
+network; a private file system: the system folders and Python read-only, nothing else of the
+host, a private ``/tmp`` as working folder; a memory limit on the whole execution, other
+resource limits and a wall-clock timeout) and the tool returns stdout, stderr, the exit code
+and whether a limit stopped it. What the tool's description promises holds only with a
+namespace isolation: with ``kind="rlimit"`` the host's files are readable.
 The code's own failures (an exception, a timeout) are part of the output the model reads; a
 sandbox that cannot run at all is an ``execution_failed`` tool error. The tool does not touch
 the environment's state, so snapshots and state hashes are unaffected; record/replay
@@ -44,8 +47,8 @@ def make_python_exec(sandbox: Sandbox) -> ToolImpl:
             float, "Wall-clock limit in seconds.", {"minimum": 0.1, "maximum": MAX_TIMEOUT_S}
         ] = 5.0,
     ) -> ExecOutput:
-        """Run Python code in an isolated sandbox (no network, no files outside a temp folder)
-        and return its output."""
+        """Run Python code in an isolated sandbox (no network; no files but the standard
+        library and a private, empty /tmp working folder) and return its output."""
         try:
             r = sandbox.run(code, timeout=timeout_s)
         except SandboxError as exc:

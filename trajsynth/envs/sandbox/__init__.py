@@ -2,14 +2,27 @@
 
 Isolation kinds, best first (``kind="auto"`` takes the first that comes up):
 
-- ``bwrap``: bubblewrap, when the ``bwrap`` binary is installed: read-only root, tmpfs work
-  folder, new user/network/PID/IPC/UTS namespaces, a private ``/proc``;
 - ``namespace``: our own worker unshares network, mount and PID namespaces (plus a user
-  namespace when not root), remounts everything read-only and mounts a private tmpfs;
+  namespace when not root) and pivots into a private root: the host's system folders
+  (``/usr``, ``/lib``, ``/etc`` without its secrets) and the Python installation read-only,
+  ``config.mounts`` read-only, a fresh ``/proc``, a minimal ``/dev`` and a private,
+  size-limited ``/tmp`` that is the run folder. Nothing else of the host (its ``/tmp``, runs,
+  caches, home, the project, its UNIX sockets) is reachable. Each run gets a user namespace of
+  its own whose namespace limits are 0 and no capabilities, so it can neither nest a user
+  namespace nor mount anything. Memory is limited for the whole execution by a cgroup of the
+  worker's (v2 when the memory controller is delegated, else v1 when writable) or else by a
+  watchdog that samples the execution's memory every 10 ms and kills it above the limit;
+- ``bwrap``: bubblewrap, when the ``bwrap`` binary is installed and our own namespaces cannot
+  start: the same private root, new user/network/PID/IPC/UTS namespaces, the watchdog;
 - ``rlimit``: no namespaces available; only rlimits, a per-run uid (when root), a private
-  temp folder and a scrubbed environment. ``auto`` warns once when it has to fall back here.
+  temp folder and a scrubbed environment; memory per process only (the whole execution can
+  hold up to ``max_processes × memory_mb``). ``auto`` warns once when it falls back here.
 - ``docker``: a warm pool of containers (``network_mode="none"``, memory, CPU and pids
   limits), chosen only when asked for.
+
+:meth:`Sandbox.info` says which isolation is in use and what each part of it is
+(filesystem, network, memory, nested user namespaces); it is logged once when a sandbox
+starts.
 
 Every kind runs on warm workers (:mod:`.pool`): the isolation is set up once per worker and
 each execution is a fork (Python code runs in the forked interpreter, without an interpreter
@@ -42,7 +55,7 @@ from ...core.errors import ConfigError, SandboxError
 from .base import Isolation, Limits, SandboxConfig, SandboxResult
 from .pool import WorkerPool
 
-__all__ = ["Isolation", "Limits", "Sandbox", "SandboxConfig", "SandboxResult"]
+__all__ = ["Isolation", "Limits", "Sandbox", "SandboxConfig", "SandboxResult", "describe"]
 
 log = logging.getLogger("trajsynth.envs.sandbox")
 _warned = threading.Event()
@@ -58,6 +71,11 @@ def _fallback_warning(reasons: list[str]) -> None:
     )
     warnings.warn(message, RuntimeWarning, stacklevel=3)
     log.warning(message)
+
+
+def describe(info: dict[str, Any]) -> str:
+    """One line from :meth:`Sandbox.info`."""
+    return "; ".join(f"{k}: {v}" for k, v in info.items())
 
 
 class Sandbox:
@@ -79,7 +97,7 @@ class Sandbox:
     def _candidates(self) -> list[str]:
         if self.config.kind != "auto":
             return [self.config.kind]
-        return (["bwrap"] if shutil.which("bwrap") else []) + ["namespace", "rlimit"]
+        return ["namespace"] + (["bwrap"] if shutil.which("bwrap") else []) + ["rlimit"]
 
     def start(self) -> Sandbox:
         """Bring up the isolation now (otherwise the first run does)."""
@@ -105,8 +123,23 @@ class Sandbox:
                     continue
                 self._pool = pool
                 self.isolation_info = dict(pool.info)
+                log.info("sandbox: %s", describe(self._info()))
                 return self
             raise SandboxError("no sandbox could start: " + "; ".join(self.fallback_reasons))
+
+    def info(self) -> dict[str, Any]:
+        """What the executions get (starts the sandbox if needed): ``isolation`` and, per
+        part, what holds it: ``filesystem``, ``network``, ``memory``, ``nested_userns``,
+        ``proc``; plus ``fallback_reasons`` when ``auto`` had to skip a stronger kind."""
+        self.start()
+        return self._info()
+
+    def _info(self) -> dict[str, Any]:
+        keys = ("isolation", "filesystem", "network", "memory", "nested_userns", "proc")
+        out = {k: self.isolation_info[k] for k in keys if k in self.isolation_info}
+        if self.fallback_reasons:
+            out["fallback_reasons"] = list(self.fallback_reasons)
+        return out
 
     @property
     def isolation(self) -> str:

@@ -6,29 +6,41 @@ trajsynth process's).
 
 Setup, once per worker (MODE ``namespace``):
 
+0) join a memory cgroup of its own (:class:`MemoryCgroup`: v2 when the memory controller is
+   delegated, else v1 when writable), so every process of an execution is charged to it;
 1) ``unshare`` new network, mount and PID namespaces (plus a user namespace when not root,
    mapping the caller to uid 0 inside): the network namespace has only a loopback that is
-   down, so nothing can be reached;
-2) make every mount read-only (``mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)``, or a
-   remount of each mount point on older kernels) and mount a size-limited tmpfs on SCRATCH,
-   the only writable place;
-3) fork the serving process, which is PID 1 of the new PID namespace, and mount a fresh
-   ``/proc`` there so no host process is visible.
+   down, so nothing can be reached, and abstract UNIX sockets are per network namespace;
+2) fork the serving process, PID 1 of the new PID namespace, which builds a private root on
+   a tmpfs (:func:`build_root`: the host's system folders, /etc without its secrets, the
+   interpreter and the configured mounts bound from the host; a minimal /dev; a fresh
+   /proc), pivots into it and detaches the host's root, so nothing else of the host
+   (its /tmp, runs, caches, home, project, UNIX sockets) is reachable;
+3) make every mount read-only and nosuid (``mount_setattr(AT_RECURSIVE)``, or a remount of
+   each mount point on older kernels) but /proc, and mount a private, size-limited /tmp:
+   the run folder, the only writable place;
+3a) set the namespace limits of the server's user namespace to 0 (``max_user_namespaces``
+   and the others), so no run can nest a user namespace or get a mount namespace to mount
+   in. As real root the server first enters a user namespace of its own (its parent, still
+   privileged on the host, maps root and the runs' uid to themselves), so the limits bind
+   the runs and not the host; without root, the user namespace of step 1 is that one.
 
 MODE ``bwrap`` means bubblewrap already did 1-3 (the worker runs as PID 1, ``--as-pid-1``);
 MODE ``rlimit`` means no isolation is available: only rlimits and the uid switch apply.
 
 Per execution (a request on stdin: 4-byte big-endian length + JSON):
 
-4) make a private run folder under SCRATCH (one per worker, emptied after each run) and
-   write the request's files into it;
+4) the run folder (/tmp, or in rlimit mode a folder under SCRATCH; emptied after each run)
+   gets the request's files;
 5) fork a child: new session (its own process group), stdin/stdout/stderr on pipes, every
    other file descriptor closed, cwd = the run folder, rlimits (CPU, address space, file
-   size, processes, open files, no core dumps), a uid of its own when the worker is root
-   (otherwise all capabilities dropped), ``no_new_privs`` (set once on the worker, and
-   inherited), a scrubbed environment; then it runs the Python code in-process (no
-   interpreter start-up; code up to 20,000 characters arrives compiled by the worker) or
-   ``execve``s the argv;
+   size, processes, open files, no core dumps), a uid of its own when the worker is root,
+   no capabilities at all (and, from 3a, no namespace of any kind can be created);
+   ``no_new_privs`` (set once on the worker, and inherited), a scrubbed environment; the
+   memory limit of the whole execution goes to the worker's cgroup (without one, the worker
+   samples the execution's memory every 10 ms and kills it above the limit); then it runs
+   the Python code in-process (no interpreter start-up; code up to 20,000 characters arrives
+   compiled by the worker) or ``execve``s the argv;
 6) collect output (capped) until the child exits or the wall-clock timeout, which kills the
    process group;
 7) kill everything the execution left behind: as PID 1 of the namespace, ``kill(-1,
@@ -57,7 +69,8 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = -100, 0x8000, 0x1, 0x2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 SYS_MOUNT_SETATTR = 442  # same number on x86_64 and aarch64 (generic syscall table)
 PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 38, 1, 24, 28
 PR_SET_CHILD_SUBREAPER = 36
@@ -100,20 +113,30 @@ class MountAttr(ctypes.Structure):
     ]
 
 
-def make_readonly():
-    """Step 2: every mount read-only (one syscall on Linux >= 5.12, else mount by mount)."""
-    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+def make_readonly(keep_writable=("/proc",)):
+    """Every mount read-only and nosuid (one syscall on Linux >= 5.12, else mount by mount),
+    except ``keep_writable`` (our own ``/proc``: a run writes its user namespace's maps and
+    limits there)."""
+    attr = MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
     ret = libc().syscall(
         SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
     )
     if ret == 0:
+        clear = MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0)
+        for path in keep_writable:
+            libc().syscall(
+                SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), 0, ctypes.byref(clear),
+                ctypes.sizeof(clear),
+            )  # fmt: skip
         return
     locked = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split() for line in f]
     for fields in sorted(mounts, key=lambda x: len(x[4])):
         point, options = fields[4].replace("\\040", " "), fields[5].split(",")
-        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        if point in keep_writable:
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID
         for opt in options:
             flags |= locked.get(opt, 0)
         try:
@@ -146,31 +169,129 @@ def hidden_ancestors(paths):
     return plan
 
 
-def expose(paths, scratch):
-    """Step 2a: hide each closed ancestor under a tmpfs and bind back only ``paths`` (the
-    interpreter's prefix), so the run's uid can read the standard library and nothing else
-    of that folder."""
-    for i, (anc, inner) in enumerate(sorted(hidden_ancestors(paths).items())):
-        stashes = []
-        for j, p in enumerate(inner):
-            stash = os.path.join(scratch, f".stash-{i}-{j}")
-            os.mkdir(stash)
-            mount(p, stash, None, MS_BIND | MS_REC)
-            stashes.append((stash, p))
-        mount("tmpfs", anc, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-        for stash, p in stashes:
-            os.makedirs(p, mode=0o755, exist_ok=True)
-            mount(stash, p, None, MS_BIND | MS_REC)
-            _check(libc().umount2(stash.encode(), MNT_DETACH), f"umount {stash}")
-            os.rmdir(stash)
+def interpreter_paths(executable=None):
+    """The interpreter's installation and, for a virtual environment's interpreter, that
+    environment (its site-packages), so ``sys.executable`` works inside the sandbox too."""
+    exe = executable or sys.executable
+    paths = [os.path.dirname(os.path.realpath(exe)), os.path.dirname(os.path.abspath(exe))]
+    if executable is None:
+        paths += [sys.base_prefix, sys.prefix]
+    else:
+        paths.append(os.path.dirname(os.path.dirname(os.path.realpath(exe))))
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(exe)))
+    if os.path.exists(os.path.join(venv, "pyvenv.cfg")):
+        paths.append(venv)
+    return paths
 
 
-def interpreter_paths():
-    return [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
+#: host paths every sandbox sees, read-only (the ones that exist here)
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: files and folders of /etc that hold secrets: hidden behind an empty file or folder
+ETC_SECRETS = (
+    "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
+    "/etc/sudoers.d", "/etc/ssl/private", "/etc/security/opasswd", "/etc/.pwd.lock",
+)  # fmt: skip
+DEVICES = ("null", "zero", "full", "random", "urandom")
 
 
-def setup_namespace(scratch, tmpfs_mb):
-    """Steps 1-2."""
+def root_plan(extra=(), executable=None):
+    """What the private root holds: ``[(kind, path, target)]`` in creation order, kind one of
+    ``bind`` (a host path at the same place), ``symlink`` (a host symlink on the way to a
+    bound path, recreated), ``hide`` (an /etc secret, covered). Paths already inside a bound
+    folder are skipped."""
+    plan = []
+    bound = []
+    links = set()
+
+    def covered(p):
+        return any(p == b or p.startswith(b + "/") for b in bound)
+
+    def place(path, depth=0):
+        path = os.path.normpath(path)
+        if depth > 16 or covered(path) or not os.path.lexists(path):
+            return
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            q = "/" + "/".join(parts[:i])
+            if covered(q):
+                return
+            if os.path.islink(q):
+                if q not in links:
+                    links.add(q)
+                    plan.append(("symlink", q, os.readlink(q)))
+                rest = "/".join(parts[i:])
+                target = os.path.realpath(q)
+                place(os.path.join(target, rest) if rest else target, depth + 1)
+                return
+        bound.append(path)
+        plan.append(("bind", path, None))
+
+    for p in SYSTEM_PATHS:
+        place(p)
+    for p in list(interpreter_paths(executable)) + [str(x) for x in extra]:
+        place(os.path.abspath(p))
+    for p in ETC_SECRETS:
+        if os.path.lexists(p) and not os.path.islink(p):
+            plan.append(("hide", p, "dir" if os.path.isdir(p) else "file"))
+    ssh = "/etc/ssh"
+    if os.path.isdir(ssh) and not os.path.islink(ssh):
+        for name in sorted(os.listdir(ssh)):
+            if name.startswith("ssh_host_") and not name.endswith(".pub"):
+                plan.append(("hide", os.path.join(ssh, name), "file"))
+    return plan
+
+
+def _mkdirs(path):
+    os.makedirs(path, mode=0o755, exist_ok=True)
+
+
+def build_root(new_root, extra=()):
+    """Populate the private root (a tmpfs mounted on ``new_root``): system folders, /etc
+    without its secrets, the interpreter, ``extra`` paths, all bound from the host (made
+    read-only later); a minimal /dev; empty /proc and /tmp for their own mounts."""
+    for kind, path, target in root_plan(extra):
+        dest = new_root + path
+        if kind == "symlink":
+            _mkdirs(os.path.dirname(dest))
+            if not os.path.lexists(dest):
+                os.symlink(target, dest)
+        elif kind == "bind":
+            if os.path.isdir(path):
+                _mkdirs(dest)
+            else:
+                _mkdirs(os.path.dirname(dest))
+                open(dest, "a").close()
+            mount(path, dest, None, MS_BIND | MS_REC)
+        elif target == "dir":
+            mount("tmpfs", dest, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0755")
+        else:
+            mount(new_root + "/.empty", dest, None, MS_BIND)
+    for d in ("dev", "proc", "tmp"):
+        _mkdirs(os.path.join(new_root, d))
+    for name in DEVICES:
+        dest = os.path.join(new_root, "dev", name)
+        open(dest, "a").close()
+        mount("/dev/" + name, dest, None, MS_BIND)
+    for name, target in (
+        ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"), ("shm", "/tmp"),
+    ):  # fmt: skip
+        os.symlink(target, os.path.join(new_root, "dev", name))
+
+
+def pivot(new_root):
+    """Make ``new_root`` the root and detach the host's: nothing of it stays reachable."""
+    nr = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if nr is None:
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown architecture {os.uname().machine}")
+    os.chdir(new_root)
+    _check(libc().syscall(nr, b".", b"."), "pivot_root")
+    _check(libc().umount2(b".", MNT_DETACH), "umount the host root")
+    os.chdir("/")
+
+
+def unshare_namespaces():
+    """Step 1: new network, mount and PID namespaces (plus a user namespace when not root)."""
     root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | (0 if root else CLONE_NEWUSER)
@@ -184,26 +305,252 @@ def setup_namespace(scratch, tmpfs_mb):
             with open(path, "w") as f:
                 f.write(text)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    expose(interpreter_paths(), scratch)
+
+
+def setup_root(scratch, tmpfs_mb, extra):
+    """Step 2, in PID 1 of the new namespace: a private root on a tmpfs mounted on SCRATCH
+    (read-only host system paths, a fresh /proc), pivoted into, then everything read-only but
+    a private, size-limited /tmp. Returns what /proc is."""
+    mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    open(os.path.join(scratch, ".empty"), "w").close()
+    os.chmod(os.path.join(scratch, ".empty"), 0o444)
+    build_root(scratch, extra)
+    try:  # while the host's /proc is still visible (required in a user namespace)
+        mount("proc", scratch + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        proc = "private"
+    except OSError as exc:
+        proc = f"none ({exc.strerror})"
+    pivot(scratch)
     make_readonly()
-    mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0755")
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
+    return proc
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [("e", ctypes.c_uint32), ("p", ctypes.c_uint32), ("i", ctypes.c_uint32)]
 
 
 def drop_capabilities():
-    """Userns mode: no capability survives, not even through execve of a uid-0 process."""
+    """No capability survives, not even through execve of a uid-0 process."""
     lib = libc()
     for cap in range(64):
         lib.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     lib.prctl(PR_SET_SECUREBITS, SECBIT_NOROOT_ALL, 0, 0, 0)
+    lib.capset(ctypes.byref(CapHeader(0x20080522, 0)), ctypes.byref((CapData * 2)()))
 
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
-    class Data(ctypes.Structure):
-        _fields_ = [("e", ctypes.c_uint32), ("p", ctypes.c_uint32), ("i", ctypes.c_uint32)]
+#: namespace kinds a run may not create (each user namespace has its own limits)
+NS_LIMITS = ("user", "mnt", "net", "pid", "ipc", "uts", "cgroup")
 
-    data = (Data * 2)()
-    lib.capset(ctypes.byref(Header(0x20080522, 0)), data)
+
+def limit_namespaces():
+    """Step 3a: no process of our user namespace may create a namespace of any kind (each
+    user namespace has its own ``max_*_namespaces``; ours become 0). Returns False when the
+    limits cannot be written."""
+    done = False
+    for kind in NS_LIMITS:
+        try:
+            with open(f"/proc/sys/user/max_{kind}_namespaces", "w") as f:
+                f.write("0")
+            done = True
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+    return done
+
+
+def enter_own_userns(sync_w, go_r):
+    """Step 3a as real root: a user namespace of our own, mapping root and the runs' uid to
+    themselves (written by our parent, which still holds CAP_SETUID on the host), so the
+    namespace limits we set in it bind the runs and nothing else of the host."""
+    _check(libc().unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    os.write(sync_w, b"u")
+    if os.read(go_r, 1) != b"k":
+        raise OSError(errno.EPERM, "the user namespace maps could not be written")
+
+
+def write_maps(proc_fd, exec_uid):
+    """The parent's half of :func:`enter_own_userns`."""
+    text = f"0 0 1\n{exec_uid} {exec_uid} 1\n"
+    for name in ("uid_map", "gid_map"):
+        fd = os.open(name, os.O_WRONLY, dir_fd=proc_fd)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------------------
+# memory of the whole execution
+# --------------------------------------------------------------------------------------
+
+MEMORY_SLACK = 16 << 20  # the worker's own pages touched while it runs an execution
+WATCH_INTERVAL_S = 0.01
+
+
+def _mounts(fstype):
+    """[(mount point, super options)] of one file system type."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields, rfields = left.split(), right.split()
+                if rfields and rfields[0] == fstype:
+                    out.append((fields[4].replace("\\040", " "), rfields[-1].split(",")))
+    except OSError:
+        pass
+    return out
+
+
+class MemoryCgroup:
+    """A memory cgroup of the worker's own, created inside the cgroup it was started in and
+    joined before the namespaces: every process of an execution is charged to it, so its
+    limit holds for the whole process tree. cgroup v2 (``memory.max``) when the memory
+    controller is delegated to us, else cgroup v1 (``memory.limit_in_bytes``) when its
+    hierarchy is writable; :meth:`create` returns None when neither is. The files are opened
+    before the root is pivoted, so the worker keeps using them without seeing /sys."""
+
+    def __init__(self, version, path, limit_fds, events_fd):
+        self.version, self.path = version, path
+        self.limit_fds, self.events_fd = limit_fds, events_fd
+        self.current = None
+
+    @classmethod
+    def create(cls):
+        try:
+            with open("/proc/self/cgroup") as f:
+                lines = [ln.rstrip("\n").split(":", 2) for ln in f]
+        except OSError:
+            return None
+        v2 = [p for h, c, p in lines if h == "0" and c == ""]
+        v1 = [p for h, c, p in lines if "memory" in c.split(",")]
+        candidates = []
+        if v2:
+            candidates += [("v2", m + v2[0].rstrip("/")) for m, _ in _mounts("cgroup2")]
+        if v1:
+            candidates += [
+                ("v1", m + v1[0].rstrip("/")) for m, opts in _mounts("cgroup") if "memory" in opts
+            ]
+        for version, parent in candidates:
+            made = cls._make(version, parent)
+            if made is not None:
+                return made
+        return None
+
+    @classmethod
+    def _make(cls, version, parent):
+        if version == "v2":
+            try:
+                with open(os.path.join(parent, "cgroup.controllers")) as f:
+                    if "memory" not in f.read().split():
+                        return None
+            except OSError:
+                return None
+            try:  # works where the parent has no processes of its own, or is the root
+                with open(os.path.join(parent, "cgroup.subtree_control"), "w") as f:
+                    f.write("+memory")
+            except OSError:
+                pass
+        cls._remove_stale(parent)
+        path = os.path.join(parent, f"trajsynth-sandbox-{os.getpid()}")
+        try:
+            os.mkdir(path)
+        except OSError:
+            return None
+        limit_names = ["memory.max", "memory.swap.max"] if version == "v2" else [
+            "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
+        ]  # fmt: skip
+        events = "memory.events" if version == "v2" else "memory.oom_control"
+        try:
+            fds = []
+            for name in limit_names:
+                try:
+                    fds.append(os.open(os.path.join(path, name), os.O_WRONLY))
+                except FileNotFoundError:
+                    if name == limit_names[0]:
+                        raise
+            events_fd = os.open(os.path.join(path, events), os.O_RDONLY)
+            if version == "v2" and len(fds) > 1:
+                os.write(fds.pop(), b"0")  # no swap: the limit is memory
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+            return None
+        return cls(version, path, fds, events_fd)
+
+    @staticmethod
+    def _remove_stale(parent):
+        """Empty cgroups of workers that are gone (a killed run's leftovers)."""
+        try:
+            names = [n for n in os.listdir(parent) if n.startswith("trajsynth-sandbox-")]
+        except OSError:
+            return
+        for name in names:
+            pid = name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                try:
+                    os.rmdir(os.path.join(parent, name))
+                except OSError:
+                    pass
+
+    def set_limit(self, nbytes):
+        """The whole execution's limit (plus the worker's slack)."""
+        if nbytes == self.current:
+            return
+        value = str(nbytes + MEMORY_SLACK).encode()
+        fds = self.limit_fds
+        # cgroup v1: memsw must stay >= the memory limit, so the order depends on the direction
+        order = fds if self.current is None or nbytes < self.current else list(reversed(fds))
+        for _ in range(2):
+            for fd in order:
+                try:
+                    os.write(fd, value)
+                except OSError:
+                    pass
+        self.current = nbytes
+
+    def oom_kills(self):
+        try:
+            text = os.pread(self.events_fd, 4096, 0).decode()
+        except OSError:
+            return 0
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def describe(self):
+        name = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
+        return f"cgroup {self.version} {name} on the whole execution"
+
+
+def tree_pss_bytes(exclude):
+    """Proportional set size of every process visible in our private /proc but ``exclude``:
+    the watchdog's measure of the execution's memory (shared pages counted once)."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in exclude:
+            continue
+        try:
+            with open(f"/proc/{name}/smaps_rollup", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Pss:"):
+                        total += int(line.split()[1]) << 10
+                        break
+        except (OSError, ValueError):
+            pass
+    return total
 
 
 def _print_user_traceback():
@@ -248,8 +595,9 @@ def send(fd, obj):
 
 
 class Worker:
-    def __init__(self, mode, scratch, ctl_in, ctl_out, exec_uid):
-        """``exec_uid``: the uid runs switch to (real root only), else None."""
+    def __init__(self, mode, scratch, ctl_in, ctl_out, exec_uid, memory=None, proc=""):
+        """``exec_uid``: the uid runs switch to (real root only), else None; ``memory``: the
+        worker's :class:`MemoryCgroup`, if any; ``proc``: what /proc is (``private``: ours)."""
         self.mode = mode
         self.scratch = scratch
         self.ctl_in, self.ctl_out = ctl_in, ctl_out
@@ -257,7 +605,14 @@ class Worker:
         self.exec_uid = exec_uid
         self.pid1 = os.getpid() == 1
         self.runs = 0
-        self.run_dir = None
+        self.memory = memory
+        # namespace and bwrap kinds: a private root whose /tmp is the run folder
+        self.private_root = mode in ("namespace", "bwrap")
+        self.run_dir = "/tmp" if self.private_root else None
+        # without a cgroup, a watchdog samples the execution's memory (private /proc only)
+        self.watch = memory is None and self.pid1 and proc == "private"
+        self.ns_limits = False  # whether step 3a set our namespace limits to 0
+        self.exit_after_answer = False
 
     def warm_up(self, preload):
         """Pay once, in the worker, the first-use costs every child would pay after fork:
@@ -275,12 +630,69 @@ class Worker:
                 pass
         gc.freeze()  # keep the collector from touching (and so copying) inherited objects
 
+    def probe(self):
+        """What this worker's runs get, checked from a run's own seat: a child confined as a
+        run is tries to create a user namespace."""
+        info = {"filesystem": "host (rlimit only)", "network": "host"}
+        if self.private_root:
+            info["filesystem"] = "private root: system paths read-only, own /tmp"
+            info["network"] = "none (own network namespace)"
+        if self.memory is not None:
+            info["memory"] = self.memory.describe()
+        elif self.watch:
+            info["memory"] = (
+                f"per process RLIMIT_AS; whole execution sampled every "
+                f"{WATCH_INTERVAL_S * 1000:.0f} ms (PSS), killed above the limit"
+            )
+        else:
+            info["memory"] = "per process RLIMIT_AS; whole execution <= max_processes x memory_mb"
+        if not self.private_root:
+            info["nested_userns"] = "not blocked (no namespaces)"
+            return info
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            verdict = b"?"
+            try:
+                self.confine()
+                nested = libc().unshare(CLONE_NEWUSER) == 0
+                verdict = b"N" if nested else (b"B" if self.ns_limits else b"U")
+            finally:
+                os.write(w, verdict)
+                os._exit(0)
+        os.close(w)
+        verdict = os.read(r, 1)
+        os.close(r)
+        os.waitpid(pid, 0)
+        info["nested_userns"] = {
+            b"B": "blocked (own user namespace, namespace limits 0)",
+            b"U": "blocked (user namespaces not permitted here)",
+            b"N": "NOT blocked",
+        }.get(verdict, "unknown (probe failed)")
+        return info
+
+    def confine(self):
+        """Step 5 (after the rlimits): the run's uid (real root only) and no capabilities."""
+        if self.exec_uid is not None:
+            os.setgroups([])
+            os.setresgid(self.exec_uid, self.exec_uid, self.exec_uid)
+            os.setresuid(self.exec_uid, self.exec_uid, self.exec_uid)
+            libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files stay readable
+        elif self.private_root:  # uid 0 of a user namespace: drop what it holds
+            drop_capabilities()
+        # (a switch from uid 0 to another uid clears every capability, and no_new_privs
+        # keeps execve from granting any: the 65 prctl calls would cost ~1 ms a run)
+
     def serve(self, info, preload=()):
         self.warm_up(preload)
         # no_new_privs is inherited and can never be unset: set once here, every run has it
         libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         # every descriptor a run must not inherit is below this (pipes reuse low numbers)
-        self.fd_limit = max(int(fd) for fd in os.listdir("/proc/self/fd")) + 32
+        try:
+            self.fd_limit = max(int(fd) for fd in os.listdir("/proc/self/fd")) + 32
+        except OSError:  # no /proc
+            self.fd_limit = 1024
         send(self.ctl_out, {"ready": True, **info})
         while True:
             req = recv(self.ctl_in)
@@ -292,12 +704,14 @@ class Worker:
                 resp = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
             resp["id"] = req.get("id")
             send(self.ctl_out, resp)
+            if self.exit_after_answer:  # its run folder is unusable: the pool starts another
+                return
 
     # 4) run folder
     def prepare(self, req):
         """The run folder: one per worker, emptied after every execution (so a run never
         sees another's files), recreated if a run left it unusable."""
-        if self.run_dir is None:
+        if self.run_dir is None:  # rlimit mode: a folder under SCRATCH
             self.runs += 1
             self.run_dir = os.path.join(self.scratch, f"run-{os.getpid()}-{self.runs}")
             os.mkdir(self.run_dir, 0o700)
@@ -332,6 +746,9 @@ class Worker:
                 compiled = compile(code, "<sandbox>", "exec")
             except (SyntaxError, ValueError) as exc:
                 compiled = exc
+        if self.memory is not None:
+            self.memory.set_limit(int(limits.get("memory_mb", 512)) << 20)
+            ooms = self.memory.oom_kills()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.monotonic()
         pid = os.fork()
@@ -345,14 +762,23 @@ class Worker:
         for fd in (out_w, err_w, in_r):
             os.close(fd)
         result = self.collect(pid, req, limits, out_r, err_r, in_w, start)
+        if self.memory is not None and self.memory.oom_kills() > ooms and not result["timed_out"]:
+            result["killed_by"] = "memory"
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         result["cpu_s"] = round(
             (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 4
         )
         try:
             self.cleanup(run_dir)
-        except OSError:  # a run made its folder unremovable (rlimit mode): use a new one
-            self.run_dir = None
+        except OSError:
+            if not self.private_root:  # a run made its folder unremovable: use a new one
+                self.run_dir = None
+            else:  # a fresh /tmp where we may still mount; else a fresh worker
+                try:
+                    _check(libc().umount2(b"/tmp", MNT_DETACH), "umount /tmp")
+                    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, self.tmp_options)
+                except OSError:
+                    self.exit_after_answer = True
         return result
 
     def set_environment(self, run_dir, extra):
@@ -390,13 +816,7 @@ class Worker:
             (resource.RLIMIT_CORE, (0, 0)),
         ):
             resource.setrlimit(res, value)
-        if self.exec_uid is not None:
-            os.setgroups([])
-            os.setresgid(self.exec_uid, self.exec_uid, self.exec_uid)
-            os.setresuid(self.exec_uid, self.exec_uid, self.exec_uid)
-            libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files stay readable
-        elif self.mode != "rlimit":
-            drop_capabilities()
+        self.confine()
         env = dict(os.environ)  # set up by execute() before the fork
         argv = req.get("argv")
         if argv:
@@ -463,8 +883,17 @@ class Worker:
         except (AttributeError, OSError):
             pidfd = None
         usage = None
+        mem_limit = int(limits.get("memory_mb", 512)) << 20
+        next_watch = start + WATCH_INTERVAL_S if self.watch else float("inf")
+        over_memory = False
         while True:
             now = time.monotonic()
+            if status is None and now >= next_watch:
+                next_watch = now + WATCH_INTERVAL_S
+                if tree_pss_bytes({1}) > mem_limit:
+                    over_memory = True
+                    self.kill_group(pid)
+                    os.kill(-1, signal.SIGKILL)
             if status is None:
                 done, st, ru = os.wait4(pid, os.WNOHANG)
                 if done:
@@ -478,7 +907,7 @@ class Worker:
                 exited_at = time.monotonic()
                 continue
             idle = 1.0 if pidfd is not None else 0.002
-            wait = min(deadline - now, 0.05 if status is not None else idle)
+            wait = min(deadline - now, 0.05 if status is not None else idle, next_watch - now)
             rlist = list(open_fds) + ([pidfd] if pidfd is not None and status is None else [])
             wlist = [in_w] if in_w is not None else []
             readable, writable, _ = select.select(rlist, wlist, [], max(wait, 0))
@@ -512,6 +941,8 @@ class Worker:
                 os.close(fd)
         result = self.describe(status, timed_out, duration, limits, bufs, truncated, out_r, err_r)
         result["max_rss_kb"] = usage.ru_maxrss if usage is not None else None
+        if over_memory and not timed_out:
+            result["killed_by"] = "memory"
         return result
 
     def describe(self, status, timed_out, duration, limits, bufs, truncated, out_r, err_r):
@@ -611,9 +1042,13 @@ class Worker:
     def cleanup(self, run_dir):
         """Empty the run folder and restore its owner and mode."""
         st = os.stat(run_dir)
-        owner = self.exec_uid if self.exec_uid is not None else os.getuid()
-        if st.st_mode & 0o7777 != 0o700 or st.st_uid != owner:
-            os.chmod(run_dir, 0o700)
+        if self.private_root:  # /tmp: root's, sticky, writable by all
+            owner, mode = 0, 0o1777
+        else:
+            owner = self.exec_uid if self.exec_uid is not None else os.getuid()
+            mode = 0o700
+        if st.st_mode & 0o7777 != mode or st.st_uid != owner:
+            os.chmod(run_dir, mode)
             if self.exec_uid is not None:
                 os.chown(run_dir, owner, owner)
         with os.scandir(run_dir) as it:
@@ -638,28 +1073,59 @@ def run_worker(mode, scratch, config, ctl_in, ctl_out):
     if real_root:  # unique while this worker lives: our host pid (or the manager's choice)
         exec_uid = int(config.get("uid") or UID_BASE + os.getpid() % 100_000_000)
     info = {"isolation": mode, "uid": exec_uid, "pid": os.getpid()}
+    tmpfs_mb = int(config.get("tmpfs_mb", 64))
+    memory = None
+    proc = "host"
     try:
+        if mode in ("namespace", "rlimit"):  # joined before the namespaces hide /sys
+            memory = MemoryCgroup.create()
+            if memory is not None:
+                info["cgroup"] = memory.path
         if mode == "namespace":
-            setup_namespace(scratch, int(config.get("tmpfs_mb", 64)))  # 1-2
-            pid = os.fork()  # 3) the server is PID 1 of the new namespace
+            unshare_namespaces()  # 1
+            sync_r, sync_w = os.pipe()
+            go_r, go_w = os.pipe()
+            pid = os.fork()  # the server is PID 1 of the new namespace
             if pid:
                 os.close(ctl_in)
                 if ctl_out != ctl_in:
                     os.close(ctl_out)
+                os.close(sync_w)
+                os.close(go_r)
+                proc_fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY)
+                if os.read(sync_r, 1) == b"u":  # 3a: map the server's own user namespace
+                    try:
+                        write_maps(proc_fd, exec_uid)
+                        os.write(go_w, b"k")
+                    except OSError:
+                        os.write(go_w, b"x")
                 _, status = os.waitpid(pid, 0)
                 os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+            os.close(sync_r)
+            os.close(go_w)
             libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            try:
-                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-                info["proc"] = "private"
-            except OSError as exc:
-                info["proc"] = f"host ({exc.strerror})"
+            proc = setup_root(scratch, tmpfs_mb, config.get("mounts") or ())  # 2-3
+            if real_root:
+                try:
+                    enter_own_userns(sync_w, go_r)
+                except OSError as exc:
+                    info["userns"] = f"none ({exc.strerror})"
+            os.close(sync_w)
+            os.close(go_r)
+            info["ns_limits"] = limit_namespaces()
+        elif mode == "bwrap":
+            proc = "private"  # bubblewrap mounted it
         elif mode == "rlimit":
             libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except Exception as exc:
         send(ctl_out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         os._exit(3)
-    Worker(mode, scratch, ctl_in, ctl_out, exec_uid).serve(info, config.get("preload", ()))
+    info["proc"] = proc
+    worker = Worker(mode, scratch, ctl_in, ctl_out, exec_uid, memory, proc)
+    worker.tmp_options = f"size={tmpfs_mb}m,mode=1777"
+    worker.ns_limits = bool(info.pop("ns_limits", False))
+    info.update(worker.probe())
+    worker.serve(info, config.get("preload", ()))
     os._exit(0)
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...core.config import StrictModel
 
@@ -18,7 +19,13 @@ class Limits(StrictModel):
     Docker)."""
 
     cpu_seconds: float = Field(10.0, gt=0, description="CPU time (RLIMIT_CPU).")
-    memory_mb: int = Field(512, ge=32, description="Address space (RLIMIT_AS) / memory limit.")
+    memory_mb: int = Field(
+        512,
+        ge=32,
+        description="Memory of the whole execution (every process it starts): a cgroup limit "
+        "where one can be made, else a watchdog; also each process's address space "
+        "(RLIMIT_AS). Without namespaces: per process only.",
+    )
     file_size_mb: int = Field(16, ge=1, description="Largest file written (RLIMIT_FSIZE).")
     max_processes: int = Field(
         64, ge=1, description="Processes of the execution's user (RLIMIT_NPROC) / pids limit."
@@ -34,14 +41,14 @@ class SandboxConfig(StrictModel):
 
     Examples::
 
-        SandboxConfig()                                  # auto: bwrap, else namespace, else rlimit
+        SandboxConfig()                                  # auto: namespace, else bwrap, else rlimit
         SandboxConfig(kind="docker", image="python:3.11-slim", pool_size=4)
         SandboxConfig(limits=Limits(memory_mb=256), timeout_s=2)
     """
 
     kind: Literal["auto", "namespace", "bwrap", "docker", "rlimit"] = Field(
         "auto",
-        description="auto picks bwrap when installed, else Linux namespaces, else rlimits "
+        description="auto picks Linux namespaces, else bwrap when installed, else rlimits "
         "only (with a warning); docker must be asked for.",
     )
     pool_size: int = Field(
@@ -58,7 +65,25 @@ class SandboxConfig(StrictModel):
         description="Interpreter (3.9+) that runs the workers and the sandboxed code; default: "
         "the one running trajsynth.",
     )
+    mounts: list[str] = Field(
+        default_factory=list,
+        description="Host files or folders shown read-only at the same path (namespace and "
+        "bwrap kinds). Nothing else of the host is visible but the system folders (/usr, "
+        "/lib, /etc without its secrets) and the Python installation.",
+    )
     image: str = Field("python:3.11-slim", description="Docker image (kind=docker).")
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts_outside_tmp(cls, value: list[str]) -> list[str]:
+        for path in value:
+            norm = os.path.normpath(os.path.abspath(path))
+            if norm == "/tmp" or norm.startswith("/tmp/"):
+                raise ValueError(
+                    f"cannot mount {path!r}: /tmp inside the sandbox is its own (mount a "
+                    "folder outside /tmp)"
+                )
+        return value
 
 
 class SandboxResult(BaseModel):

@@ -78,13 +78,25 @@ def worker_command(kind: str, scratch: str, config: SandboxConfig) -> list[str]:
     if kind != "bwrap":
         return [*python, *args]
     bwrap = shutil.which("bwrap") or "bwrap"
-    cmd = [
-        bwrap,
-        "--ro-bind", "/", "/",
+    # the same private root as the namespace kind: host system paths read-only, /etc without
+    # its secrets, the interpreter, the configured mounts, this worker script; own /tmp
+    cmd = [bwrap]
+    for kind_, path, target in _worker.root_plan(config.mounts, config.python):
+        if kind_ == "bind":
+            cmd += ["--ro-bind", path, path]
+        elif kind_ == "symlink":
+            cmd += ["--symlink", target, path]
+        elif target == "dir":
+            cmd += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            cmd += ["--ro-bind", "/dev/null", path]
+    cmd += [
+        "--ro-bind", str(WORKER_PATH), str(WORKER_PATH),
         "--dev", "/dev",
         "--proc", "/proc",
-        "--tmpfs", "/tmp",
-        "--size", str(config.tmpfs_mb << 20), "--tmpfs", scratch,
+        "--size", str(config.tmpfs_mb << 20), "--perms", "1777", "--tmpfs", "/tmp",
+        "--remount-ro", "/",
+        "--chdir", "/",
         "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
         "--unshare-cgroup-try",
         "--as-pid-1",
@@ -98,17 +110,6 @@ def worker_command(kind: str, scratch: str, config: SandboxConfig) -> list[str]:
         cmd += ["--cap-add", "ALL"]
     else:
         cmd += ["--unshare-user"]
-    if config.python:  # another interpreter: expose its installation prefix
-        paths = [os.path.dirname(os.path.dirname(os.path.realpath(config.python)))]
-    else:
-        paths = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
-    for anc, inner in sorted(_worker.hidden_ancestors(paths).items()):
-        cmd += ["--perms", "0755", "--tmpfs", anc]
-        for p in inner:
-            parts = p[len(anc) :].strip("/").split("/")
-            for depth in range(1, len(parts)):  # bwrap would make these 0700
-                cmd += ["--perms", "0755", "--dir", anc + "/" + "/".join(parts[:depth])]
-            cmd += ["--ro-bind", p, p]
     return [*cmd, "--", *python, *args]
 
 
@@ -205,7 +206,11 @@ class Zygote:
 
 def worker_settings(kind: str, config: SandboxConfig) -> dict[str, Any]:
     preload = ["warnings"] + (list(RLIMIT_PRELOAD) if kind == "rlimit" else [])
-    return {"tmpfs_mb": config.tmpfs_mb, "preload": preload if config.pool_size else []}
+    return {
+        "tmpfs_mb": config.tmpfs_mb,
+        "preload": preload if config.pool_size else [],
+        "mounts": [os.path.abspath(p) for p in config.mounts],
+    }
 
 
 class Worker:
@@ -313,6 +318,22 @@ class Worker:
         if self.sock is not None:
             self.sock.close()
         self._remove_scratch()
+        self._remove_cgroup()
+
+    def _remove_cgroup(self) -> None:
+        """The worker's memory cgroup, once its processes are gone (a later worker removes
+        what is left, see ``_worker.MemoryCgroup``)."""
+        path = getattr(self, "info", {}).get("cgroup")
+        for _ in range(20):
+            if not path:
+                return
+            try:
+                os.rmdir(path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)
 
     def _remove_scratch(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
