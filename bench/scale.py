@@ -8,7 +8,10 @@ pipeline under the Ray executor.
    as the ``score`` stage writes them, a difficulty label and a cluster id. Each row's
    content is a pure function of a *content index*, so a row copies any earlier row's
    content across shards: 10% of rows are exact copies, 5% near copies (one word added to
-   the goal);
+   the goal). Goals end with five words drawn from 4,096 made-up ones, so that unrelated
+   goals share few word trigrams (with goals built from a handful of templates only, the
+   rows sharing a template, and with them the LSH candidate pairs, grow with the square of
+   the row count, which is a property of such data, not of the pipeline);
 2) run the pipeline ``filter`` (min quality 0.7) → ``dedup`` (exact + MinHash LSH at Jaccard
    0.85) → ``balance`` (30/50/20) with the local executor (a process pool on every core), at
    ``--baseline-rows`` (the baseline: the same code at 1M rows) and at ``--rows``; wall time
@@ -79,6 +82,27 @@ NAMES = ["Ada", "Bo", "Chen", "Dara", "Eli", "Farah", "Gus", "Hana", "Ivo", "Jun
 CITIES = [
     f"{a}{b}" for a in ("Port ", "San ", "New ", "Old ", "") for b in [*NAMES, "Oslo", "Lima"]
 ]
+#: 4,096 made-up words: each goal ends with a few of them (what the user adds about the
+#: occasion), so unrelated goals share few word trigrams, as real requests do
+_SYL = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "ti",
+    "vo",
+    "bel",
+    "dor",
+    "fen",
+    "gar",
+    "hul",
+    "jin",
+    "kor",
+    "lum",
+]
+WORDS = [a + b + c for a in _SYL for b in _SYL for c in _SYL]
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -171,7 +195,8 @@ def make_rows(start: int, n: int) -> pa.Table:
         pa.ListArray.from_arrays(pa.array(c_off.astype(np.int32)), segment), ", then "
     )
     verb = _pick(VERBS, c, 6)
-    goal = pc.binary_join_element_wise(verb, " ", joined, ".", "")
+    note = pc.binary_join_element_wise(*[_pick(WORDS, c, 30 + k) for k in range(5)], " ")
+    goal = pc.binary_join_element_wise(verb, " ", joined, " (", note, ").", "")
     goal = pc.if_else(pa.array(near), pc.binary_join_element_wise(goal, " Thanks", ""), goal)
     call_id = pc.binary_join_element_wise("call_", pc.cast(pa.array(c_j), pa.string()), "")
     arguments = pc.binary_join_element_wise('{"', arg, '": "', entity, '"}', "")

@@ -79,6 +79,22 @@ def test_dedup_streams_to_the_same_survivors(tmp_path: Path, size: int) -> None:
     assert ctx.metrics.snapshot()["values"]["lsh"] == oracle.info
 
 
+def test_empty_shards_change_nothing(tmp_path: Path) -> None:
+    table = rows_table(200)
+    plain = shard_set(table, 70, tmp_path / "a")
+    empty = table.slice(0, 0)
+    gappy = ShardSet(
+        shards=[empty, *plain.shards[:2], empty, plain.shards[2]],
+        rows=[0, *plain.rows[:2], 0, plain.rows[2]],
+        spill_dir=tmp_path / "b",
+    )
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for uses in ("dedup", "balance", "concat", "sample"):
+        config = {"n": 20} if uses == "sample" else {}
+        assert run_stage(uses, config, gappy)[0] == run_stage(uses, config, plain)[0]
+
+
 @pytest.mark.parametrize("config", [{}, {"size": 150}, {"mix": "1,1,1", "keep_all": True}])
 def test_balance_streams_to_the_same_rows(tmp_path: Path, config: dict) -> None:
     table = rows_table()

@@ -305,6 +305,10 @@ def _sketch(
             quality = q.to_numpy()
         else:
             quality = np.full(t.num_rows, np.nan)
+    if t.num_rows == 0:
+        if near:
+            np.save(Path(spill) / f"bands-{index:05d}.npy", np.zeros((bands, 0), np.uint64))
+        return quality, np.zeros((0, 2), np.uint64) if exact else None
     goal_tokens, names, name_offsets = _features(t)
     key = None
     if exact:
