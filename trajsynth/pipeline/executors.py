@@ -12,7 +12,11 @@ each returned :class:`UnitResult` to the manifest in the driver process, one at 
   one client and one concurrency limit.
 - :class:`RayExecutor` runs units as Ray tasks, locally or on a cluster.
 
-A new executor implements :meth:`Executor.run_units` and nothing else.
+A new executor implements :meth:`Executor.run_units` and nothing else. Streaming global
+stages (dedup, balance, concat, sample) also run per-shard passes through
+:meth:`Executor.map` (a top-level function over argument tuples, results in order), which the
+local executor runs in its process pool and the Ray executor as Ray tasks; by default it runs
+inline.
 """
 
 from __future__ import annotations
@@ -171,6 +175,12 @@ class Executor(ABC):
     ) -> Iterator[UnitResult]:
         """Run ``tasks``; yield each result when it is done (any order)."""
 
+    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], rows: int = 0) -> list:
+        """``[fn(*a) for a in args]`` (``fn`` a top-level function, ``args`` picklable): the
+        per-shard passes of streaming global stages; ``rows`` is how many input rows they
+        cover in all. Default: inline."""
+        return [fn(*a) for a in args]
+
     def close(self) -> None:
         """Release workers."""
 
@@ -235,6 +245,17 @@ class LocalExecutor(Executor):
             if io_bound:
                 pool.shutdown(wait=True, cancel_futures=True)
 
+    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], rows: int = 0) -> list:
+        if len(args) <= 1 or self.workers <= 1 or rows < self.min_rows_for_pool:
+            return [fn(*a) for a in args]
+        pool = self._process_pool()
+        futures = [pool.submit(fn, *a) for a in args]
+        try:
+            return [f.result() for f in futures]
+        finally:
+            for f in futures:
+                f.cancel()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
@@ -249,7 +270,8 @@ class RayExecutor(Executor):
     not change. On a cluster the run folder must be on storage every node mounts at the same
     path (NFS, a cloud bucket mounted with FUSE, ...), since units read and write shards there.
     I/O-bound stages run with ``num_cpus=0`` per unit (they wait on the network) and so many
-    more of them run at once than there are cores.
+    more of them run at once than there are cores. The address is ``address``, else the
+    ``TRAJSYNTH_RAY_ADDRESS`` environment variable, else a local Ray runtime.
     """
 
     name = "ray"
@@ -270,12 +292,15 @@ class RayExecutor(Executor):
                 "the ray executor needs Ray", hint="pip install 'trajsynth[ray]'"
             ) from exc
         self._ray = ray
+        address = address or os.environ.get("TRAJSYNTH_RAY_ADDRESS") or None
         if not ray.is_initialized():
             kwargs = {"include_dashboard": False, "log_to_driver": False, **(init_kwargs or {})}
             ray.init(address=address, ignore_reinit_error=True, **kwargs)
         self._cpu = ray.remote(num_cpus=num_cpus)(run_map_unit)
         self._io = ray.remote(num_cpus=0)(run_map_unit)
         self._pending: list[Any] = []
+        self._num_cpus = num_cpus
+        self._remote_fns: dict[Any, Any] = {}
 
     def run_units(
         self, tasks: Sequence[UnitTask], *, io_bound: bool, progress: Progress | None = None
@@ -290,6 +315,17 @@ class RayExecutor(Executor):
         finally:
             for ref in self._pending:
                 self._ray.cancel(ref, force=True)
+            self._pending = []
+
+    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], rows: int = 0) -> list:
+        """One Ray task per argument tuple (e.g. per shard, or per LSH band), results in order."""
+        remote = self._remote_fns.get(fn)
+        if remote is None:
+            remote = self._remote_fns[fn] = self._ray.remote(num_cpus=self._num_cpus)(fn)
+        self._pending = [remote.remote(*a) for a in args]
+        try:
+            return list(self._ray.get(self._pending))
+        finally:
             self._pending = []
 
     def close(self) -> None:

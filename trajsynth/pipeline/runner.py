@@ -55,7 +55,15 @@ import pyarrow as pa
 from ..core.errors import InfraError, StageFailed, TrajsynthError
 from ..core.ids import file_fingerprint, stable_hash
 from ..core.schema import ARROW_SCHEMA
-from ..stages import Context, ContextSpec, Metrics, StageKind, config_hash
+from ..stages import (
+    Context,
+    ContextSpec,
+    Metrics,
+    ShardSet,
+    StageKind,
+    StreamingGlobalStage,
+    config_hash,
+)
 from ..store.manifest import MANIFEST_NAME, OutputState, RunManifest, ShardRecord, StageState
 from ..store.shards import (
     ShardInfo,
@@ -586,12 +594,27 @@ class Runner:
                             self.reporter.advance(rs.id, b.num_rows)
                         yield b
 
+        spill = self.run_dir / ".spill" / rs.id
         try:
-            produced = (
-                stage.generate(ctx, state.offset)
-                if is_source
-                else stage.process(all_batches(), ctx)
-            )
+            if isinstance(stage, StreamingGlobalStage):
+                # passes over the shards, per-shard work through the executor; spill files
+                # live in the run folder, which every worker (and Ray node) sees
+                shutil.rmtree(spill, ignore_errors=True)
+                spill.mkdir(parents=True)
+                paths = [p for _, ps in inputs for p in ps]
+                shard_set = ShardSet(
+                    shards=[str(p) for p in paths],
+                    rows=[_rows_of(p) for p in paths],
+                    spill_dir=spill,
+                    mapper=self.executor.map,
+                )
+                produced = stage.process_shards(shard_set, ctx)
+            else:
+                produced = (
+                    stage.generate(ctx, state.offset)
+                    if is_source
+                    else stage.process(all_batches(), ctx)
+                )
             write_outputs(
                 produced,
                 stage_dir=self.stage_dir(rs.id),
@@ -602,6 +625,9 @@ class Runner:
             )
         finally:
             stage.teardown()
+            shutil.rmtree(spill, ignore_errors=True)
+            if spill.parent.is_dir() and not any(spill.parent.iterdir()):
+                spill.parent.rmdir()
         state.metrics = Metrics.merge(state.metrics, ctx.metrics.snapshot())
 
 

@@ -37,7 +37,11 @@ __all__ = [
     "BalanceResult",
     "apportion",
     "balance",
+    "balance_codes",
+    "bucket_codes",
+    "id_hashes",
     "plan_mix",
+    "stratum_values",
     "water_fill",
 ]
 
@@ -181,10 +185,29 @@ class BalanceResult:
 def _codes(col: pa.Array | pa.ChunkedArray | None, n: int) -> np.ndarray:
     if col is None:
         return np.zeros(n, dtype=np.int64)
-    arr = pc.fill_null(as_array(col).cast(pa.string()), "\x00")
+    arr = stratum_values(col)
     return (
         as_array(pc.dictionary_encode(arr)).indices.to_numpy(zero_copy_only=False).astype(np.int64)
     )
+
+
+def bucket_codes(difficulty: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Bucket index of each row (0 easy, 1 medium, 2 hard; -1 unlabelled)."""
+    diff = pc.fill_null(as_array(difficulty).cast(pa.string()), "")
+    bucket = np.full(len(diff), -1, dtype=np.int64)
+    for i, b in enumerate(BUCKETS):
+        bucket[pc.equal(diff, b).to_numpy(zero_copy_only=False)] = i
+    return bucket
+
+
+def stratum_values(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A strata column (domain, cluster) as the strings whose codes :func:`balance` uses."""
+    return pc.fill_null(as_array(col).cast(pa.string()), "\x00")
+
+
+def id_hashes(ids: pa.Array | pa.ChunkedArray, seed: int) -> np.ndarray:
+    """The seeded hash of each id that orders rows inside a stratum (step 3)."""
+    return hash_strings(as_array(ids).cast(pa.string()), seed=seed)
 
 
 def balance(
@@ -200,23 +223,45 @@ def balance(
 ) -> BalanceResult:
     """Steps 1–3 over whole columns; returns the keep mask and the plan."""
     n = len(ids)
-    diff = pc.fill_null(as_array(difficulty).cast(pa.string()), "")
-    bucket = np.full(n, -1, dtype=np.int64)
-    for i, b in enumerate(BUCKETS):
-        bucket[pc.equal(diff, b).to_numpy(zero_copy_only=False)] = i
+    return balance_codes(
+        bucket_codes(difficulty),
+        _codes(domain, n),
+        _codes(cluster, n),
+        id_hashes(ids, seed),
+        mix=mix,
+        size=size,
+        keep_all=keep_all,
+        seed=seed,
+    )
+
+
+def balance_codes(
+    bucket: np.ndarray,
+    dom: np.ndarray,
+    clu: np.ndarray,
+    h: np.ndarray,
+    *,
+    mix: tuple[float, ...] = (0.3, 0.5, 0.2),
+    size: int | None = None,
+    keep_all: bool = False,
+    seed: int = 0,
+) -> BalanceResult:
+    """Steps 1–3 on fixed-width codes: ``bucket`` (:func:`bucket_codes`), domain and cluster
+    codes numbered in order of first appearance, and the id hashes (:func:`id_hashes`). Works
+    the same whether the codes came from one table or were gathered shard by shard."""
+    n = len(bucket)
     labelled = bucket >= 0
     available = {b: int(np.sum(bucket == i)) for i, b in enumerate(BUCKETS)}
     plan = plan_mix(available, mix, size, keep_all)
 
     # strata: (bucket, domain, cluster) → one code
-    dom = _codes(domain, n)
-    clu = _codes(cluster, n)
     key = (
         (bucket + 1) * (dom.max(initial=0) + 1) * (clu.max(initial=0) + 1)
         + dom * (clu.max(initial=0) + 1)
         + clu
     )
     stratum_key, stratum = np.unique(key, return_inverse=True)
+    stratum = stratum.reshape(-1)
     sizes = np.bincount(stratum, minlength=len(stratum_key))
     stratum_bucket = np.zeros(len(stratum_key), dtype=np.int64) - 1
     stratum_bucket[stratum] = bucket
@@ -229,7 +274,6 @@ def balance(
         alloc[members] = water_fill(sizes[members], plan.final[b], tiebreak[members])
 
     # pick by seeded hash of the id inside each stratum
-    h = hash_strings(as_array(ids).cast(pa.string()), seed=seed)
     order = np.lexsort((h, stratum))
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     pos = np.empty(n, dtype=np.int64)

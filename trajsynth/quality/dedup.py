@@ -55,8 +55,12 @@ from .columns import action_skeletons, as_array, hash_strings, mix64, tokens
 __all__ = [
     "DedupResult",
     "ShingleSets",
+    "band_keys",
+    "bucket_pairs",
     "dedup",
+    "exact_drops",
     "exact_groups",
+    "exact_keys",
     "greedy_survivors",
     "jaccard_pairs",
     "lsh_candidates",
@@ -65,6 +69,7 @@ __all__ = [
     "priority_rank",
     "shingles",
     "signature_agreement",
+    "unique_pairs",
 ]
 
 KEEP, EXACT, NEAR, SEMANTIC = 0, 1, 2, 3
@@ -85,6 +90,26 @@ def exact_groups(goal_norm: pa.Array, skeleton: pa.Array) -> np.ndarray:
     key = pc.binary_join_element_wise(goal_norm, skeleton, "\x1f")
     encoded = pc.dictionary_encode(key)
     return as_array(encoded).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def exact_keys(goal_tokens: pa.Array, names: pa.Array, name_offsets: np.ndarray) -> pa.Array:
+    """The (normalised goal, skeleton) key of each row as one string (equal ⇔ exact twins)."""
+    lists = pa.ListArray.from_arrays(pa.array(name_offsets.astype(np.int32)), names)
+    skeleton = pc.fill_null(pc.binary_join(lists, " "), "")
+    goal_norm = pc.fill_null(pc.binary_join(goal_tokens, " "), "")
+    return pc.binary_join_element_wise(goal_norm, skeleton, "\x1f")
+
+
+def exact_drops(group: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows dropped as exact duplicates, the kept leader of each): in every group the row of
+    best ``rank`` is kept. ``group`` may be any integer code per row (equal ⇔ same group)."""
+    n = len(group)
+    order = np.lexsort((rank, group))
+    g_sorted = group[order]
+    head = np.ones(n, dtype=bool)
+    head[1:] = g_sorted[1:] != g_sorted[:-1]
+    leader = order[np.maximum.accumulate(np.where(head, np.arange(n), 0))]
+    return order[~head], leader[~head]
 
 
 # --------------------------------------------------------------------------------------
@@ -317,42 +342,63 @@ def _run_pairs(starts: np.ndarray, sizes: np.ndarray, order: np.ndarray) -> np.n
     return np.stack([order[first], order[second]], axis=1)
 
 
-def lsh_candidates(
-    sig: np.ndarray, bands: int, rows: int, rank: np.ndarray, *, max_bucket: int = 256
-) -> np.ndarray:
-    """Candidate pairs ``(P, 2)`` (each ``i < j``, unique): rows that agree on any band."""
+def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """One uint64 key per band and row ``(bands, rows)``: equal keys ⇔ (almost surely) equal
+    signature values in that band. A row's keys depend on its signature only, so they can be
+    computed shard by shard."""
     n = sig.shape[1]
-    found: list[np.ndarray] = []
+    out = np.empty((bands, n), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for band in range(bands):
             key = np.full(n, np.uint64(band + 1), dtype=np.uint64)
             for c in range(band * rows, (band + 1) * rows):
                 key *= _COMBINE
                 key += sig[c]
-            key = mix64(key)
-            order = np.argsort(key)
-            sk = key[order]
-            edge = np.flatnonzero(np.diff(sk) != 0) + 1
-            starts = np.concatenate([[0], edge])
-            sizes = np.diff(np.concatenate([starts, [n]]))
-            multi = sizes > 1
-            starts, sizes = starts[multi], sizes[multi]
-            if not len(starts):
-                continue
-            small = sizes <= max_bucket
-            found.append(_run_pairs(starts[small], sizes[small], order))
-            for s, z in zip(starts[~small], sizes[~small], strict=True):
-                members = order[s : s + z]
-                best = members[np.argmin(rank[members])]
-                others = members[members != best]
-                found.append(np.stack([np.full(len(others), best), others], axis=1))
+            out[band] = mix64(key)
+    return out
+
+
+def bucket_pairs(key: np.ndarray, rank: np.ndarray, *, max_bucket: int = 256) -> np.ndarray:
+    """Pairs ``(P, 2)`` of rows whose ``key`` (one band) is equal; a bucket of more than
+    ``max_bucket`` rows is linked as a star to its best-ranked row."""
+    n = len(key)
+    order = np.argsort(key)
+    sk = key[order]
+    edge = np.flatnonzero(np.diff(sk) != 0) + 1
+    starts = np.concatenate([[0], edge]).astype(np.int64)
+    sizes = np.diff(np.concatenate([starts, [n]]))
+    multi = sizes > 1
+    starts, sizes = starts[multi], sizes[multi]
+    if not len(starts):
+        return np.zeros((0, 2), dtype=np.int64)
+    small = sizes <= max_bucket
+    found = [_run_pairs(starts[small], sizes[small], order)]
+    for s, z in zip(starts[~small], sizes[~small], strict=True):
+        members = order[s : s + z]
+        best = members[np.argmin(rank[members])]
+        others = members[members != best]
+        found.append(np.stack([np.full(len(others), best), others], axis=1))
+    return np.concatenate(found).astype(np.int64)
+
+
+def unique_pairs(found: list[np.ndarray], n: int) -> np.ndarray:
+    """The distinct pairs among ``found``, each as ``i < j``, sorted."""
+    found = [f for f in found if len(f)]
     if not found:
         return np.zeros((0, 2), dtype=np.int64)
-    pairs = np.concatenate(found)
-    pairs = np.sort(pairs, axis=1)
+    pairs = np.sort(np.concatenate(found), axis=1)
     code = np.sort(pairs[:, 0] * np.int64(n) + pairs[:, 1])
     code = code[np.concatenate([[True], code[1:] != code[:-1]])]
     return np.stack([code // n, code % n], axis=1)
+
+
+def lsh_candidates(
+    sig: np.ndarray, bands: int, rows: int, rank: np.ndarray, *, max_bucket: int = 256
+) -> np.ndarray:
+    """Candidate pairs ``(P, 2)`` (each ``i < j``, unique): rows that agree on any band."""
+    keys = band_keys(sig, bands, rows)
+    found = [bucket_pairs(k, rank, max_bucket=max_bucket) for k in keys]
+    return unique_pairs(found, sig.shape[1])
 
 
 # --------------------------------------------------------------------------------------
@@ -533,18 +579,11 @@ def dedup(
     # 1) exact
     if exact and n:
         t0 = time.perf_counter()
-        lists = pa.ListArray.from_arrays(pa.array(name_offsets.astype(np.int32)), names)
-        skeleton = pc.fill_null(pc.binary_join(lists, " "), "")
-        goal_norm = pc.fill_null(pc.binary_join(goal_tokens, " "), "")
-        group = exact_groups(goal_norm, skeleton)
-        order = np.lexsort((rank, group))
-        g_sorted = group[order]
-        head = np.ones(n, dtype=bool)
-        head[1:] = g_sorted[1:] != g_sorted[:-1]
-        leader = order[np.maximum.accumulate(np.where(head, np.arange(n), 0))]
-        dropped = order[~head]
+        key = exact_keys(goal_tokens, names, name_offsets)
+        encoded = as_array(pc.dictionary_encode(key)).indices.to_numpy(zero_copy_only=False)
+        dropped, leader = exact_drops(encoded.astype(np.int64), rank)
         reason[dropped] = EXACT
-        dup_of[dropped] = leader[~head]
+        dup_of[dropped] = leader
         seconds["exact"] = time.perf_counter() - t0
 
     # 2)–5) near duplicates among the rows still kept

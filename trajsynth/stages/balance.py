@@ -1,12 +1,18 @@
 """``balance``: stratified sampling to the target difficulty mix (30/50/20 by default), spread
 across domains and clusters (:mod:`trajsynth.quality.balance` holds the method).
 
-1) gather every row's ``id``, ``difficulty``, ``domain`` and ``cluster_id``;
+It streams, in two passes over the input shards, so memory does not grow with the rows'
+size (only ~20 bytes per row are held):
+
+1) count strata: per shard (in the executor's workers), read only ``id``, ``difficulty``,
+   ``domain`` and ``cluster_id`` and turn them into a bucket code, domain and cluster codes
+   and a seeded hash of the id; the driver joins the shards' codes in input order;
 2) plan the per-bucket sizes for ``size`` rows (default: all), recording shortfalls, and
    either shrink to keep the mix (default) or keep all of a short bucket (``keep_all``);
-3) share each bucket's size across (domain, cluster) strata by water filling, pick rows by a
-   seeded hash of their id, and yield them in input order; the plan, the mix before and after
-   and the shortfalls go to the metrics (and so to the manifest and the report).
+3) share each bucket's size across (domain, cluster) strata by water filling and pick rows by
+   the hash of their id; then read the shards again and yield the chosen rows in input
+   order; the plan, the mix before and after and the shortfalls go to the metrics (and so to
+   the manifest and the report). The choice is the same as on one table in memory.
 """
 
 from __future__ import annotations
@@ -14,14 +20,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from ..core.errors import ConfigError
-from ..quality.balance import BUCKETS, balance
-from .common.columns import gather_table
+from ..quality.balance import BUCKETS, balance_codes, bucket_codes, id_hashes, stratum_values
 from .context import Context
-from .kinds import GlobalStage, Output, StageConfig
+from .kinds import Output, ShardRef, ShardSet, StageConfig, StreamingGlobalStage, read_shard
 from .registry import register
 
 __all__ = ["Balance", "BalanceConfig", "parse_mix"]
@@ -65,40 +72,47 @@ _COLUMNS = ("id", "difficulty", "domain", "cluster_id")
 
 
 @register
-class Balance(GlobalStage[BalanceConfig]):
+class Balance(StreamingGlobalStage[BalanceConfig]):
     """Sample to the easy/medium/hard mix, spread across domains and clusters."""
 
     name = "balance"
     reads = ("difficulty",)
 
-    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
+    def process_shards(self, shards: ShardSet, ctx: Context) -> Iterator[Output]:
         cfg = self.config
-        # 1) every row (kept whole: the survivors are yielded at the end)
-        table = gather_table(batches)
-        if table is None:
+        if shards.total_rows == 0:
             return
-        if table.column("difficulty").null_count == table.num_rows:
+        # 1) count strata: codes of every row, shard by shard
+        scans = shards.map(_scan, [(ref, ctx.seed) for ref in shards.shards])
+        if sum(s[0] for s in scans) == 0:
             raise ConfigError(
                 "balance: no row has a difficulty label",
                 hint="run the `difficulty` stage first",
             )
+        bucket = np.concatenate([s[1] for s in scans]).astype(np.int64)
+        dom = _join_codes([(s[2], s[3]) for s in scans])
+        clu = _join_codes([(s[4], s[5]) for s in scans])
+        h = np.concatenate([s[6] for s in scans])
+        del scans
         # 2)-3) plan, spread, pick
-        result = balance(
-            table.column("id"),
-            table.column("difficulty"),
-            domain=table.column("domain"),
-            cluster=table.column("cluster_id"),
-            mix=cfg.mix,
-            size=cfg.size,
-            keep_all=cfg.keep_all,
-            seed=ctx.seed,
+        result = balance_codes(
+            bucket, dom, clu, h, mix=cfg.mix, size=cfg.size, keep_all=cfg.keep_all, seed=ctx.seed
         )
-        kept = table.filter(pa.array(result.keep))
-        yield from kept.to_batches(max_chunksize=50_000)
+        del bucket, dom, clu, h
+        kept = 0
+        for i, (start, end) in enumerate(zip(shards.offsets, shards.offsets[1:], strict=False)):
+            if end == start:
+                continue
+            mask = result.keep[start:end]
+            if mask.any():
+                part = shards.read(i).filter(pa.array(mask))
+                kept += part.num_rows
+                yield part
+            ctx.advance(end - start)
         plan = result.plan
         ctx.metrics.set("plan", plan.as_dict())
-        ctx.metrics.inc("rows_in", table.num_rows)
-        ctx.metrics.inc("kept", kept.num_rows)
+        ctx.metrics.inc("rows_in", shards.total_rows)
+        ctx.metrics.inc("kept", kept)
         ctx.metrics.inc("unlabelled", result.unlabelled)
         for b in BUCKETS:
             ctx.metrics.inc(f"before.{b}", plan.available[b])
@@ -110,3 +124,28 @@ class Balance(GlobalStage[BalanceConfig]):
             ctx.log.warning(
                 "balance: %s; %s", short, "kept all" if cfg.keep_all else "downsampled to keep mix"
             )
+
+
+def _scan(ref: ShardRef, seed: int) -> tuple[Any, ...]:
+    """Pass 1 on one shard: (labelled rows, bucket codes, domain codes and values, cluster
+    codes and values, id hashes); codes number the shard's values in order of appearance."""
+    t = read_shard(ref, ["id", "difficulty", "domain", "cluster_id"])
+    out: list[Any] = [t.num_rows - t.column("difficulty").null_count]
+    out.append(bucket_codes(t.column("difficulty")).astype(np.int8))
+    for name in ("domain", "cluster_id"):
+        enc = pc.dictionary_encode(stratum_values(t.column(name)))
+        out.append(enc.indices.to_numpy(zero_copy_only=False).astype(np.int32))
+        out.append(enc.dictionary.to_pylist())
+    out.append(id_hashes(t.column("id"), seed))
+    return tuple(out)
+
+
+def _join_codes(parts: list[tuple[np.ndarray, list[str]]]) -> np.ndarray:
+    """Per-shard codes renumbered by first appearance over all shards in order (what one
+    dictionary encoding of the whole column gives)."""
+    seen: dict[str, int] = {}
+    out = []
+    for codes, values in parts:
+        remap = np.array([seen.setdefault(v, len(seen)) for v in values], dtype=np.int64)
+        out.append(remap[codes] if len(codes) else np.zeros(0, dtype=np.int64))
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)

@@ -16,6 +16,12 @@ Three kinds, which the runner treats differently:
   :class:`RowStage` is a MapStage written row by row, synchronously or with ``async``.
 - :class:`GlobalStage` needs every row at once (dedup, balance, concat); ``process`` gets one
   iterator over all input batches.
+- :class:`StreamingGlobalStage` is a global stage that runs in bounded memory:
+  ``process_shards`` gets a :class:`ShardSet` (the input shards, in order, readable column by
+  column) and makes as many passes over it as it needs, running per-shard work through
+  ``shards.map`` (the executor's process pool or Ray tasks) and keeping only small
+  fixed-width columns (hashes, ranks) of every row in the driver; its survivors are yielded
+  shard by shard and written by the runner, like any stage's output.
 
 Each kind is generic in its config: ``class Echo(GlobalStage[EchoConfig])`` makes
 ``EchoConfig`` the class that validates the step's ``with:`` and types ``self.config``. An
@@ -45,9 +51,11 @@ Example::
 from __future__ import annotations
 
 import enum
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, cast, get_args
 
 import pyarrow as pa
@@ -66,10 +74,15 @@ __all__ = [
     "Output",
     "RowStage",
     "RowsGlobalStage",
+    "ShardRef",
+    "ShardSet",
     "SourceStage",
     "Stage",
     "StageConfig",
     "StageKind",
+    "StreamingGlobalStage",
+    "read_shard",
+    "shard_columns",
 ]
 
 T = TypeVar("T")
@@ -313,6 +326,99 @@ class RowsGlobalStage(GlobalStage[C]):
     @abstractmethod
     async def aprocess_rows(self, rows: list[Trajectory], ctx: Context) -> list[Trajectory]:
         """The output rows made from every input row."""
+
+
+#: one input shard of a streaming global stage: a Parquet file's path, or (for a stage run on
+#: batches in memory) the rows themselves
+ShardRef = str | pa.Table
+
+#: ``mapper(fn, args, rows)``: ``[fn(*a) for a in args]``, run wherever the executor runs work
+Mapper = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]], int], list[Any]]
+
+
+def read_shard(ref: ShardRef, columns: Sequence[str] | None = None) -> pa.Table:
+    """The rows of one shard (only ``columns`` when given)."""
+    if isinstance(ref, pa.Table):
+        return ref.select(list(columns)) if columns is not None else ref
+    from ..store.shards import iter_shard
+
+    batches = list(iter_shard(Path(ref), columns=columns))
+    if not batches:
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(ref)
+        if columns is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
+        return schema.empty_table()
+    return pa.Table.from_batches(batches)
+
+
+def shard_columns(ref: ShardRef) -> list[str]:
+    """Column names of one shard (without reading its rows)."""
+    if isinstance(ref, pa.Table):
+        return list(ref.schema.names)
+    import pyarrow.parquet as pq
+
+    return list(pq.read_schema(ref).names)
+
+
+@dataclass
+class ShardSet:
+    """The input of a :class:`StreamingGlobalStage`: every input shard, in input order.
+
+    Row ``r`` of the stage's input is row ``r - offsets[i]`` of shard ``i``. ``map`` runs a
+    top-level function once per argument tuple through the executor (inline, a process pool
+    or Ray tasks) and returns the results in order; ``spill_dir`` is a folder on storage that
+    every worker sees, emptied by the runner when the stage ends.
+    """
+
+    shards: list[ShardRef]
+    rows: list[int]
+    spill_dir: Path
+    mapper: Mapper | None = None
+    offsets: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.offsets = [0]
+        for n in self.rows:
+            self.offsets.append(self.offsets[-1] + n)
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    @property
+    def total_rows(self) -> int:
+        return self.offsets[-1]
+
+    def read(self, i: int, columns: Sequence[str] | None = None) -> pa.Table:
+        return read_shard(self.shards[i], columns)
+
+    def map(self, fn: Callable[..., T], args: Sequence[tuple[Any, ...]]) -> list[T]:
+        """``[fn(*a) for a in args]``, run by the executor (``fn`` must be importable)."""
+        if self.mapper is None or len(args) <= 1:
+            return [fn(*a) for a in args]
+        return self.mapper(fn, args, self.total_rows)
+
+    @classmethod
+    def of_batches(cls, batches: Iterable[pa.RecordBatch], spill_dir: Path) -> ShardSet:
+        """Batches held in memory as shards (a streaming stage called through ``process``)."""
+        tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+        return cls(shards=list(tables), rows=[t.num_rows for t in tables], spill_dir=spill_dir)
+
+
+class StreamingGlobalStage(GlobalStage[C]):
+    """A global stage that streams: passes over the input shards, per-shard work through
+    ``shards.map``, only fixed-width columns of every row held at once (see the module
+    docstring). ``process`` (batches in memory) runs the same code on the batches as
+    shards, so the output is the same either way."""
+
+    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
+        with tempfile.TemporaryDirectory(prefix="trajsynth-spill-") as tmp:
+            yield from self.process_shards(ShardSet.of_batches(batches, Path(tmp)), ctx)
+
+    @abstractmethod
+    def process_shards(self, shards: ShardSet, ctx: Context) -> Iterator[Output]:
+        """Yield the output rows, reading ``shards`` as many times as needed."""
 
 
 def _rebatch(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:

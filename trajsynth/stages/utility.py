@@ -3,6 +3,11 @@
 All three are deterministic and independent of how the input is sharded: ``sample`` ranks
 rows by a seeded hash of their id, ``split`` assigns a task by a hash of its ``task_id``, and
 ``concat`` keeps the first row of each id in input order.
+
+``sample`` and ``concat`` stream in bounded memory: a first pass over the shards (in the
+executor's workers) reads only the key column and returns one number per row (the rank of
+the key; a 128-bit hash of the id), the driver decides which rows stay, and a second pass
+reads the shards again and yields those rows in input order.
 """
 
 from __future__ import annotations
@@ -16,8 +21,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
+from ..quality.columns import hash_strings
 from .context import Context
-from .kinds import Emit, GlobalStage, MapStage, Output, StageConfig
+from .kinds import (
+    Emit,
+    MapStage,
+    Output,
+    ShardRef,
+    ShardSet,
+    StageConfig,
+    StreamingGlobalStage,
+    read_shard,
+)
 from .registry import register
 
 __all__ = ["Concat", "Sample", "Split", "hash_unit"]
@@ -53,59 +68,40 @@ class SampleConfig(StageConfig):
 
 
 @register
-class Sample(GlobalStage[SampleConfig]):
+class Sample(StreamingGlobalStage[SampleConfig]):
     """Keep N rows (or a fraction), chosen uniformly at random by a seeded hash of their id."""
 
     name = "sample"
 
-    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
+    def process_shards(self, shards: ShardSet, ctx: Context) -> Iterator[Output]:
         cfg = self.config
         salt = f"{ctx.seed}:{ctx.stage_id}"
         key_column = "id" if cfg.by == "row" else "task_id"
+        # 1) the rank of every row's key, shard by shard
+        ranks = shards.map(_ranks, [(ref, key_column, salt) for ref in shards.shards])
         if cfg.fraction is not None:
-            for batch in batches:
-                rank = hash_unit(batch.column(key_column).to_pylist(), salt)
-                yield batch.filter(pa.array(rank < cfg.fraction))
-            return
-        n = cfg.n or 0
-        kept: list[pa.Table] = []
-        ranks: list[np.ndarray] = []
-        seqs: list[np.ndarray] = []
-        seen = 0
-        threshold = np.inf
-        for batch in batches:
-            rank = hash_unit(batch.column(key_column).to_pylist(), salt)
-            seq = np.arange(seen, seen + batch.num_rows)
-            seen += batch.num_rows
-            mask = rank <= threshold
+            threshold, strict = float(cfg.fraction), True
+        else:
+            n = cfg.n or 0
+            distinct = np.unique(np.concatenate(ranks)) if ranks else np.zeros(0)
+            if n == 0:
+                threshold = -np.inf
+            elif len(distinct) >= n:
+                threshold = float(distinct[n - 1])  # the n smallest distinct keys
+            else:
+                threshold = np.inf
+            strict = False
+        # 2) the chosen rows, in input order
+        for i, rank in enumerate(ranks):
+            mask = rank < threshold if strict else rank <= threshold
             if mask.any():
-                kept.append(pa.Table.from_batches([batch]).filter(pa.array(mask)))
-                ranks.append(rank[mask])
-                seqs.append(seq[mask])
-            total = sum(len(r) for r in ranks)
-            if total > 2 * n + 4096:  # compact: keep the n best so far
-                kept, ranks, seqs, threshold = _keep_best(kept, ranks, seqs, n)
-        if not kept:
-            return
-        kept, ranks, seqs, _ = _keep_best(kept, ranks, seqs, n)
-        table, order = kept[0], np.argsort(seqs[0], kind="stable")
-        yield table.take(pa.array(order))  # the chosen rows, in input order
+                yield shards.read(i).filter(pa.array(mask))
+            ctx.advance(len(rank))
 
 
-def _keep_best(kept: list[pa.Table], ranks: list[np.ndarray], seqs: list[np.ndarray], n: int):
-    """Keep the rows whose key rank is among the ``n`` smallest distinct ranks."""
-    table = pa.concat_tables(kept)
-    rank = np.concatenate(ranks)
-    seq = np.concatenate(seqs)
-    distinct = np.unique(rank)
-    if n == 0:
-        threshold = -np.inf
-    elif len(distinct) >= n:
-        threshold = distinct[n - 1]
-    else:  # fewer than n keys seen so far: every later row may still be chosen
-        threshold = np.inf
-    keep = np.flatnonzero(rank <= threshold)
-    return [table.take(pa.array(keep))], [rank[keep]], [seq[keep]], threshold
+def _ranks(ref: ShardRef, key_column: str, salt: str) -> np.ndarray:
+    """Pass 1 of ``sample`` on one shard: each row's key rank in [0, 1)."""
+    return hash_unit(read_shard(ref, [key_column]).column(key_column).to_pylist(), salt)
 
 
 class ConcatConfig(StageConfig):
@@ -115,28 +111,43 @@ class ConcatConfig(StageConfig):
 
 
 @register
-class Concat(GlobalStage[ConcatConfig]):
+class Concat(StreamingGlobalStage[ConcatConfig]):
     """Union of all inputs, in input order; a row whose id was already seen is dropped."""
 
     name = "concat"
     inputs_range = (1, None)
 
-    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
+    def process_shards(self, shards: ShardSet, ctx: Context) -> Iterator[Output]:
         cfg = self.config
-        seen: set[str] = set()
-        for batch in batches:
-            if not cfg.drop_repeated_ids:
-                yield batch
-                continue
-            ids = batch.column("id").to_pylist()
-            mask = []
-            for i in ids:
-                mask.append(i not in seen)
-                seen.add(i)
-            dropped = len(ids) - sum(mask)
-            if dropped:
-                ctx.metrics.inc("repeated_ids_dropped", dropped)
-            yield batch.filter(pa.array(mask, type=pa.bool_()))
+        if not cfg.drop_repeated_ids:
+            for i in range(len(shards)):
+                yield shards.read(i)
+                ctx.advance(shards.rows[i])
+            return
+        # 1) a 128-bit hash of every id; the first row of each hash stays
+        parts = shards.map(_id_hashes, [(ref,) for ref in shards.shards])
+        keys = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.uint64)
+        del parts
+        keep = np.zeros(len(keys), dtype=bool)
+        if len(keys):
+            _, first = np.unique(keys, axis=0, return_index=True)
+            keep[first] = True
+        del keys
+        dropped = int(len(keep) - keep.sum())
+        if dropped:
+            ctx.metrics.inc("repeated_ids_dropped", dropped)
+        # 2) those rows, in input order
+        for i, (start, end) in enumerate(zip(shards.offsets, shards.offsets[1:], strict=False)):
+            mask = keep[start:end]
+            if mask.any():
+                yield shards.read(i).filter(pa.array(mask))
+            ctx.advance(end - start)
+
+
+def _id_hashes(ref: ShardRef) -> np.ndarray:
+    """Pass 1 of ``concat`` on one shard: two independent 64-bit hashes of each id."""
+    ids = read_shard(ref, ["id"]).column("id")
+    return np.stack([hash_strings(ids, seed=1), hash_strings(ids, seed=2)], axis=1)
 
 
 class SplitConfig(StageConfig):
