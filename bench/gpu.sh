@@ -155,7 +155,8 @@ print(f"{'SFT':<14}{sft.tokens:>12,}{sft.seconds:>10.1f}{sft.tokens_per_s:>12,.0
 print(f"{'GRPO rollout':<14}{gen_tokens:>12,.0f}{rollout_s:>10.1f}{gen_tps:>12,.0f}{'':>8}")
 print(f"{'GRPO update':<14}{upd_tokens:>12,.0f}{upd_s:>10.1f}{upd_tps:>12,.0f}"
       f"{pct(grpo_mfu):>8}")
-print(f"SFT loss {sft.first_loss:.3f} → {sft.final_loss:.3f}; GRPO {len(h)} updates in "
+print(f"SFT loss {sft.first_loss:.3f} → {sft.final_loss:.3f}; GRPO {len(h)} iterations "
+      f"({sum(x['updates'] for x in h):.0f} optimizer steps) in "
       f"{grpo_s:.1f}s, reward {h[0]['reward']:.3f} → {h[-1]['reward']:.3f}")
 print(f"held-out exact match: SFT {sft_eval['exact_match']:.1%}, GRPO "
       f"{grpo_eval['exact_match']:.1%} (call match {sft_eval['call_match']:.1%}, "
@@ -173,7 +174,7 @@ print(json.dumps({
     "model": "smollm2-135m", "params": n_params, "peak_tflops": peak,
     "sft_tokens_per_s": round(sft.tokens_per_s, 1), "sft_mfu": r4(sft_mfu),
     "sft_final_loss": r4(sft.final_loss),
-    "grpo_updates": len(h), "grpo_generated_tokens_per_s": round(gen_tps, 1),
+    "grpo_iterations": len(h), "grpo_optimizer_steps": int(sum(x["updates"] for x in h)), "grpo_generated_tokens_per_s": round(gen_tps, 1),
     "grpo_update_tokens_per_s": round(upd_tps, 1), "grpo_mfu": r4(grpo_mfu),
     "grpo_reward_first": r4(h[0]["reward"]), "grpo_reward_last": r4(h[-1]["reward"]),
     "held_out_exact_sft": r4(sft_eval["exact_match"]),
