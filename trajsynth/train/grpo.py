@@ -21,13 +21,19 @@ Each iteration:
    A group with no signal (all rewards equal) is dropped;
 4) every generated token gets its turn's advantage; prompt, user and tool tokens get loss mask
    0 (the model is never trained on tool output). Old log-probabilities come from the current
-   model before the update (on-policy), reference ones from the frozen start model when
-   ``beta`` > 0;
+   model before the update (on-policy; with one pass and one minibatch the policy has not
+   moved yet, so they are the update's own log-probabilities, detached, and the extra forward
+   pass is skipped), reference ones from the frozen start model when ``beta`` > 0;
 5) ``ppo_epochs`` passes over ``minibatches`` minibatches: clipped surrogate (ε_low, ε_high)
    + β·KL (k3), aggregated per token or per sequence (:mod:`.losses`), gradient clipping,
    AdamW;
 6) log reward, success, calls per episode, format errors, advantage statistics, the clipped
    share and KL; checkpoint every ``save_every`` iterations; save the final model folder.
+
+With ``lora_r`` > 0 only LoRA adapters are trained (:func:`~.modeling.with_lora`; "LoRA:
+Low-Rank Adaptation of Large Language Models", arXiv:2106.09685), optionally in the top
+``lora_layers`` blocks only, and merged into the saved model; such a run writes no
+intermediate checkpoint (as in SFT) and starts over when run again.
 
 Deviations from LoopTool's run: episodes are multi-turn against live environments (LoopTool
 scores single steps against a gold history); the reward of an episode is 1 when every step
@@ -56,7 +62,14 @@ from . import checkpoint
 from .advantages import AdvantageStats, gigpo_advantages, group_advantages
 from .eval import RewardConfig, episode_reward, score_episode
 from .losses import aggregate, clipped_surrogate, kl_k3
-from .modeling import autocast, load_student, resolve_device, resolve_dtype, selected_logprobs
+from .modeling import (
+    autocast,
+    load_student,
+    resolve_device,
+    resolve_dtype,
+    selected_logprobs,
+    with_lora,
+)
 from .progress import NullProgress, Progress
 from .rollout import ChatPlayer, Rollout, RolloutConfig, run_rollouts
 
@@ -78,6 +91,16 @@ class GRPOConfig(StrictModel):
         default=8, ge=2, description="G: episodes per task (LoopTool uses n=16)."
     )
     lr: float = Field(default=1e-6, gt=0, description="Learning rate (LoopTool: 1e-6).")
+    lora_r: int = Field(
+        default=0,
+        ge=0,
+        description="LoRA rank (PyPI peft) on the linear layers; 0: full fine-tuning. The "
+        "adapters are merged into the saved model.",
+    )
+    lora_alpha: float = Field(default=32.0, gt=0, description="LoRA scale numerator (α / r).")
+    lora_layers: int = Field(
+        default=0, ge=0, description="Adapt only the top N transformer blocks (0: all)."
+    )
     clip_low: float = Field(default=0.2, ge=0, description="ε_low (LoopTool/DAPO: 0.2).")
     clip_high: float = Field(default=0.28, ge=0, description="ε_high (LoopTool/DAPO: 0.28).")
     beta: float = Field(
@@ -256,8 +279,14 @@ def train_grpo(
     if cfg.beta > 0:  # the frozen start model (the original, also when resuming)
         ref_model = load_student(cfg.model, device)[0] if state else copy.deepcopy(model)
         ref_model.eval().requires_grad_(False)
+    if cfg.lora_r:
+        torch.manual_seed(cfg.seed)  # the adapters' initial weights
+        model = with_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_layers)
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0
+        [p for p in model.parameters() if p.requires_grad],
+        lr=cfg.lr,
+        betas=(0.9, 0.99),
+        weight_decay=0.0,
     )
     first = 0
     history: list[dict[str, float]] = []
@@ -317,6 +346,7 @@ def train_grpo(
         # 4-5) the policy update
         clip_frac = kl_sum = loss_sum = 0.0
         updates = 0
+        t_update = time.perf_counter()
         model.train()
         if kept:
             order = list(range(len(kept)))
@@ -324,9 +354,12 @@ def train_grpo(
                 _token_batch([kept[i] for i in order[s : s + cfg.micro_batch]], pad_id, device)
                 for s in range(0, len(order), cfg.micro_batch)
             ]
+            # one pass, one minibatch: π_old is the update's own π_θ, detached (step 4)
+            on_policy = cfg.ppo_epochs == 1 and cfg.minibatches == 1
             with torch.no_grad():
                 for b in batches:
-                    b["old"] = _logprobs(model, b, device, precision)  # π_old, (N,)
+                    if not on_policy:
+                        b["old"] = _logprobs(model, b, device, precision)  # π_old, (N,)
                     if ref_model is not None:
                         b["ref"] = _logprobs(ref_model, b, device, precision)  # π_ref, (N,)
             per_mb = math.ceil(len(batches) / cfg.minibatches)
@@ -337,8 +370,9 @@ def train_grpo(
                     seqs = sum(b["n_seqs"] for b in group)
                     for b in group:
                         logp = _logprobs(model, b, device, precision)  # π_θ, (N,)
+                        old = logp.detach() if on_policy else b["old"]
                         pg, clipped = clipped_surrogate(
-                            logp, b["old"], b["adv"], cfg.clip_low, cfg.clip_high
+                            logp, old, b["adv"], cfg.clip_low, cfg.clip_high
                         )
                         per_token = pg
                         if ref_model is not None:
@@ -364,12 +398,20 @@ def train_grpo(
             metrics["clip_frac"] = clip_frac / max(1, trained_tokens)
             metrics["kl"] = kl_sum / max(1, trained_tokens)
             metrics["loss"] = loss_sum / max(1, updates)
+        # tokens through the update's forward and backward passes (whole sequences)
+        metrics["update_tokens"] = float(sum(len(ep.token_ids) for ep, _ in kept) * cfg.ppo_epochs)
+        metrics["update_s"] = time.perf_counter() - t_update
         metrics["updates"] = float(updates)
         metrics["iteration_s"] = time.perf_counter() - t0
         history.append(metrics)
         progress.update(it + 1, metrics)
         # 6) checkpoint
-        if cfg.save_every and (it + 1) % cfg.save_every == 0 and it + 1 < cfg.iterations:
+        if (
+            cfg.save_every
+            and not cfg.lora_r
+            and (it + 1) % cfg.save_every == 0
+            and it + 1 < cfg.iterations
+        ):
             checkpoint.save_checkpoint(
                 out,
                 model,
@@ -379,6 +421,8 @@ def train_grpo(
             )
     progress.close()
     model.eval()
+    if cfg.lora_r:
+        model = model.merge_and_unload()
     checkpoint.save_model(out, model, tokenizer)
     result = GRPOResult(
         out=str(out),

@@ -7,6 +7,9 @@ per-token log-probabilities computed only where they are needed.
   sure its chat template has ``{% generation %}`` markers: a ChatML model whose template
   cannot show tools gets the tool-call template of :mod:`trajsynth.llm.chat_template`, known
   families borrow TRL's training template;
+- :func:`with_lora` wraps a pretrained model in LoRA adapters (PyPI ``peft``; "LoRA: Low-Rank
+  Adaptation of Large Language Models", arXiv:2106.09685) on its linear layers, optionally
+  only the top N blocks so the backward pass stops early; only the adapters train;
 - :func:`selected_logprobs` runs the decoder once and applies the LM head only at the positions
   whose next token is trained on. With a loss on assistant tokens only (typically a fifth to a
   third of a tool-use conversation), this skips most of the (T × vocabulary) logits that a
@@ -27,6 +30,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "selected_logprobs",
+    "with_lora",
 ]
 
 Precision = Literal["auto", "bf16", "fp32"]
@@ -111,6 +115,37 @@ def load_student(path: str | Path, device: str = "cpu") -> tuple[Any, Any]:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device)
     return model, tokenizer
+
+
+def with_lora(model: Any, r: int, alpha: float, layers: int = 0) -> Any:
+    """LoRA adapters of rank ``r`` (scale ``alpha / r``) on every linear layer but the output
+    head, in the top ``layers`` transformer blocks (0: all); returns the peft model, whose
+    ``merge_and_unload()`` gives back a plain model."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:
+        raise ConfigError("LoRA needs the package peft", hint="pip install peft") from exc
+    import torch
+
+    head = model.get_output_embeddings()
+    linear = sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and module is not head
+        }
+    )
+    blocks = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+    top = list(range(max(0, blocks - layers), blocks)) if layers and blocks else None
+    lora = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=0.0,
+        target_modules=linear,
+        layers_to_transform=top,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
 
 
 def selected_logprobs(model: Any, input_ids: Any, position_ids: Any, select: Any) -> Any:
