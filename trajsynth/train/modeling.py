@@ -19,6 +19,7 @@ per-token log-probabilities computed only where they are needed.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -145,7 +146,9 @@ def with_lora(model: Any, r: int, alpha: float, layers: int = 0) -> Any:
         layers_to_transform=top,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, lora)
+    with warnings.catch_warnings():  # peft asks a deprecated transformers property
+        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+        return get_peft_model(model, lora)
 
 
 def selected_logprobs(model: Any, input_ids: Any, position_ids: Any, select: Any) -> Any:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -45,7 +44,14 @@ from ..core.ids import stable_hash
 from ..core.schema import Trajectory
 from . import checkpoint
 from .data import IGNORE_INDEX, Batch, batches, tokenize_rows
-from .modeling import autocast, load_student, resolve_device, resolve_dtype, selected_logprobs
+from .modeling import (
+    autocast,
+    load_student,
+    resolve_device,
+    resolve_dtype,
+    selected_logprobs,
+    with_lora,
+)
 from .progress import NullProgress, Progress
 from .tiny import TinyConfig, new_student
 
@@ -369,36 +375,8 @@ def train_sft(
 
 
 def _with_lora(model: Any, cfg: SFTConfig) -> Any:
-    """LoRA adapters (rank ``lora_r``) on every linear layer but the output head; only they
-    are trained."""
+    """LoRA adapters (rank ``lora_r``) on every linear layer but the output head, in the top
+    ``lora_layers`` blocks; only they are trained."""
     if cfg.model == "tiny":
         raise ConfigError("LoRA is for a pretrained model; the tiny student trains fully")
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as exc:
-        raise ConfigError("lora_r needs the package peft", hint="pip install peft") from exc
-    import torch
-
-    head = model.get_output_embeddings()
-    linear = sorted(
-        {
-            name.rsplit(".", 1)[-1]
-            for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear) and module is not head
-        }
-    )
-    layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
-    top = None
-    if cfg.lora_layers and layers:
-        top = list(range(max(0, layers - cfg.lora_layers), layers))
-    lora = LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=0.0,
-        target_modules=linear,
-        layers_to_transform=top,
-        task_type="CAUSAL_LM",
-    )
-    with warnings.catch_warnings():  # peft asks a deprecated transformers property
-        warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
-        return get_peft_model(model, lora)
+    return with_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_layers)
