@@ -67,6 +67,7 @@ from ..stages import (
 from ..store.manifest import MANIFEST_NAME, OutputState, RunManifest, ShardRecord, StageState
 from ..store.shards import (
     ShardInfo,
+    ShardReader,
     ShardWriter,
     clean_tmp,
     iter_shard,
@@ -603,7 +604,7 @@ class Runner:
                 spill.mkdir(parents=True)
                 paths = [p for _, ps in inputs for p in ps]
                 shard_set = ShardSet(
-                    shards=[str(p) for p in paths],
+                    shards=[ShardReader(str(p)) for p in paths],
                     rows=[_rows_of(p) for p in paths],
                     spill_dir=spill,
                     mapper=self.executor.map,

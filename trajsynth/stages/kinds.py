@@ -328,9 +328,10 @@ class RowsGlobalStage(GlobalStage[C]):
         """The output rows made from every input row."""
 
 
-#: one input shard of a streaming global stage: a Parquet file's path, or (for a stage run on
-#: batches in memory) the rows themselves
-ShardRef = str | pa.Table
+#: one input shard of a streaming global stage: a reader the runner gives (``reader(columns)``
+#: → the shard's rows, a picklable callable, since workers read their shards themselves: the
+#: store layer owns the files), or (for a stage run on batches in memory) the rows themselves
+ShardRef = Callable[[Sequence[str] | None], pa.Table] | pa.Table
 
 #: ``mapper(fn, args, rows)``: ``[fn(*a) for a in args]``, run wherever the executor runs work
 Mapper = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]], int], list[Any]]
@@ -340,26 +341,15 @@ def read_shard(ref: ShardRef, columns: Sequence[str] | None = None) -> pa.Table:
     """The rows of one shard (only ``columns`` when given)."""
     if isinstance(ref, pa.Table):
         return ref.select(list(columns)) if columns is not None else ref
-    from ..store.shards import iter_shard
-
-    batches = list(iter_shard(Path(ref), columns=columns))
-    if not batches:
-        import pyarrow.parquet as pq
-
-        schema = pq.read_schema(ref)
-        if columns is not None:
-            schema = pa.schema([schema.field(c) for c in columns])
-        return schema.empty_table()
-    return pa.Table.from_batches(batches)
+    return ref(list(columns) if columns is not None else None)
 
 
 def shard_columns(ref: ShardRef) -> list[str]:
-    """Column names of one shard (without reading its rows)."""
+    """Column names of one shard (a zero-column read of a file gives its schema)."""
     if isinstance(ref, pa.Table):
         return list(ref.schema.names)
-    import pyarrow.parquet as pq
-
-    return list(pq.read_schema(ref).names)
+    names = getattr(ref, "columns", None)  # a reader that knows its schema (store.ShardReader)
+    return list(names) if names is not None else list(ref(None).schema.names)
 
 
 @dataclass

@@ -32,6 +32,7 @@ from .migrations import MIGRATIONS
 __all__ = [
     "DEFAULT_COMPRESSION",
     "ShardInfo",
+    "ShardReader",
     "ShardWriter",
     "clean_tmp",
     "count_rows",
@@ -312,6 +313,22 @@ def iter_shard(
 ) -> Iterator[pa.RecordBatch]:
     """Stream one shard's batches (version-checked, migrated where needed)."""
     yield from _read_shard(shard, columns).to_batches(max_chunksize=batch_size)
+
+
+@dataclass(frozen=True)
+class ShardReader:
+    """A picklable reader of one shard, what the runner hands a streaming global stage (its
+    workers read their own shards; only this layer opens files): ``reader(columns)`` → the
+    rows, version-checked and migrated; ``reader.columns`` → the column names."""
+
+    path: str
+
+    @property
+    def columns(self) -> list[str]:
+        return list(pq.read_schema(self.path).names)
+
+    def __call__(self, columns: Sequence[str] | None = None) -> pa.Table:
+        return _read_shard(Path(self.path), columns)
 
 
 def _read_shard(shard: Path, columns: Sequence[str] | None) -> pa.Table:
