@@ -7,12 +7,14 @@ and a tokenizer trained on a few lines (nothing is downloaded).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from trajsynth.llm.client import reset_clients
+from trajsynth.llm.client import aclose, reset_clients
 from trajsynth.llm.server import ServeProcess, spawn_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -137,3 +139,15 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+def arun(coro: Any) -> Any:
+    """asyncio.run, closing the HTTP connections the clients opened on that loop."""
+
+    async def main() -> Any:
+        try:
+            return await coro
+        finally:
+            await aclose()
+
+    return asyncio.run(main())

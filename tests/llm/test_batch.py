@@ -23,18 +23,10 @@ from trajsynth.pipeline.spec import resolve_pipeline
 from trajsynth.stages import Metrics
 from trajsynth.store import read_records
 
+from .conftest import arun
+
 PRICES = {"prompt_per_mtok": 1.0, "completion_per_mtok": 4.0}
 FAST = {"flush_idle_s": 0.05, "poll_s": 0.05}
-
-
-def arun(coro: Any) -> Any:
-    async def main() -> Any:
-        try:
-            return await coro
-        finally:
-            await aclose()
-
-    return asyncio.run(main())
 
 
 def role(server: Any, backend: str, **extra: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ Run: PYTHONPATH=. python -m pytest tests/llm/test_http.py -q
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 from pathlib import Path
@@ -19,11 +18,13 @@ import pytest
 from trajsynth.core.errors import EndpointError
 from trajsynth.core.schema import Message, Trajectory
 from trajsynth.core.task import GoldCall, GoldTurn, GroundTruth
-from trajsynth.llm import FatalEndpointError, aclose, client_for_role
+from trajsynth.llm import FatalEndpointError, client_for_role
 from trajsynth.pipeline.runner import run_pipeline
 from trajsynth.pipeline.spec import resolve_pipeline
 from trajsynth.stages import Context, Metrics, RowStage, register
 from trajsynth.store import read_records
+
+from .conftest import arun
 
 TOOLS = [
     {
@@ -47,18 +48,6 @@ GT = GroundTruth(
         )
     ]
 )
-
-
-def arun(coro: Any) -> Any:
-    """asyncio.run, closing the HTTP connections the clients opened on that loop."""
-
-    async def main() -> Any:
-        try:
-            return await coro
-        finally:
-            await aclose()
-
-    return asyncio.run(main())
 
 
 def role(server: Any, **extra: Any) -> dict[str, Any]:
