@@ -172,3 +172,95 @@ def test_openai_backend_against_serve_local(tiny_model_dir: Path, serve: Any) ->
     m = server.metrics()
     assert m["chat_requests"] == 4 and m["ok"] == 4
     assert m["backend"]["prompts"] == 4 and m["backend"]["batches"] <= 4
+
+
+def test_prefix_cache_gives_the_same_replies_and_reuses_the_episode_history(
+    tiny_model_dir: Path,
+) -> None:
+    """Three steps of four token-in episodes (prompt → reply → tool result → ...), plus a new
+    episode joining at the last step, so one batch mixes rows with long, short and no reused
+    prefix: the same token ids and log-probabilities as without the cache, and most of every
+    later prompt's tokens reused."""
+    from trajsynth.llm.local import LocalBackend
+
+    def backend(mb: int) -> LocalBackend:
+        return LocalBackend(
+            RoleConfig(backend="local", model=str(tiny_model_dir), local={"prefix_cache_mb": mb})
+        )
+
+    def play(b: LocalBackend) -> list[list[tuple[list[int], list[float]]]]:
+        tok, _ = b.load()
+        result = tok("\n<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n")
+        observation = result["input_ids"] + tok("<|im_start|>assistant\n")["input_ids"]
+        prompts = [
+            b._prompt_ids(
+                ChatRequest(
+                    messages=[*CONVERSATION, {"role": "user", "content": f"and in city {i}?"}],
+                    tools=TOOLS,
+                )
+            )
+            for i in range(5)
+        ]
+        live, steps = prompts[:4], []
+        for step in range(3):
+            if step == 2:
+                live.append(prompts[4])
+            replies = b.generate(
+                [
+                    ChatRequest(
+                        messages=[], prompt_token_ids=p, temperature=0, max_tokens=7, logprobs=True
+                    )
+                    for p in live
+                ]
+            )
+            choices = [r.choices[0] for r in replies]
+            steps.append([(c.token_ids, [t.logprob for t in c.logprobs]) for c in choices])
+            live = [p + c.token_ids + observation for p, c in zip(live, choices, strict=True)]
+        return steps
+
+    plain, cached = backend(0), backend(64)
+    assert plain.prefix_cache is None and cached.prefix_cache is not None
+    want, got = play(plain), play(cached)
+    for step_want, step_got in zip(want, got, strict=True):
+        for (ids_w, lp_w), (ids_g, lp_g) in zip(step_want, step_got, strict=True):
+            assert ids_g == ids_w
+            assert lp_g == pytest.approx(lp_w, abs=1e-4)
+    stats = cached.prefix_cache.stats
+    assert stats["lookups"] == 4 + 4 + 5
+    # step 1: the four prompts share the conversation (all but the last question), computed
+    # in one batch, so nothing is cached yet; steps 2 and 3 reuse each episode's history, and
+    # the new episode at step 3 reuses the shared conversation
+    assert stats["hits"] == 4 + 5
+    assert stats["reused_tokens"] > 0.6 * stats["prompt_tokens"]
+
+
+def test_prefix_cache_memory_is_bounded_and_longer_entries_replace_their_prefixes() -> None:
+    torch = pytest.importorskip("torch")
+    from trajsynth.llm.prefix_cache import PrefixCache
+
+    def layers(n: int) -> list[tuple[Any, Any]]:  # 2 layers, 1 head, dim 4: 64 bytes a token
+        return [(torch.full((1, n, 4), float(n)), torch.zeros(1, n, 4)) for _ in range(2)]
+
+    cache = PrefixCache(budget_bytes=64 * 10)
+    cache.store([1, 2, 3], layers(3))
+    cache.store([1, 2, 3, 4, 5], layers(5))  # extends [1, 2, 3]: replaces it
+    assert len(cache) == 1
+    hit = cache.lookup([1, 2, 3, 9, 9])
+    assert hit is not None and hit.length == 3  # the common prefix of the longer entry
+    assert hit.layers[0][0].shape == (1, 3, 4) and float(hit.layers[0][0][0, 0, 0]) == 5.0
+    assert cache.lookup([1, 2, 3, 4, 5]).length == 4  # never the whole prompt
+    assert cache.lookup([7, 8]) is None
+    cache.store([7, 8, 9, 10, 11, 12], layers(6))  # 5 + 6 tokens > 10: the oldest goes
+    assert len(cache) == 1 and cache.lookup([1, 2, 3, 4]) is None
+    cache.store(list(range(20)), layers(20))  # larger than the whole budget: not kept
+    assert len(cache) == 1
+
+
+def test_a_policy_in_training_never_reuses_keys_and_values(tiny_model_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trajsynth.llm.local import LocalBackend
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    assert LocalBackend.from_model(model, tok).prefix_cache is None

@@ -295,6 +295,13 @@ class LocalConfig(StrictModel):
     autocast: Literal["none", "bf16"] = Field(
         "none", description="bf16: generate under bf16 autocast (fp32 weights on a GPU)."
     )
+    prefix_cache_mb: int = Field(
+        1024,
+        ge=0,
+        description="Memory for reusing the attention keys and values of earlier prompts "
+        "that share a prefix with a new one (an episode's growing history, a shared system "
+        "prompt and tool list); 0 turns it off.",
+    )
 
 
 class BatchConfig(StrictModel):

@@ -14,10 +14,14 @@ For each request:
    for more with the same sampling settings and generates up to ``batch_size`` prompts at
    once, left-padded, in a worker thread (one generation at a time; the event loop stays
    free; the model is put in eval mode for it and back);
-3. decoding follows the request alone (OpenAI semantics, not the model's generation
+3. prompts that share a prefix with an earlier prompt or reply (an episode's growing
+   history, a shared system prompt and tool list) reuse its attention keys and values
+   (:mod:`.prefix_cache`; ``prefix_cache_mb``), for a model loaded from a folder only; the
+   generated text is the same as without;
+4. decoding follows the request alone (OpenAI semantics, not the model's generation
    config): greedy at temperature 0, else sampling with ``temperature`` and ``top_p``; it
    stops on the tokenizer's end-of-sequence token or any of the model's configured ones;
-4. return each sequence's text (special tokens such as ``<tool_call>`` kept, end-of-turn and
+5. return each sequence's text (special tokens such as ``<tool_call>`` kept, end-of-turn and
    padding removed), its token ids as generated (the end-of-turn token included when the
    model stopped on it: training keeps generated ids, never re-tokenized text), and, when
    asked, each of those tokens' log-probability under the model's raw distribution (before
@@ -44,6 +48,7 @@ from ..core.errors import ConfigError, EndpointError
 from .base import Backend, BackendReply, ChatRequest, RawChoice, RoleConfig, TokenLogprob, Usage
 from .chat_template import chat_template, needs_tool_template
 from .models import MODELS, resolve_model
+from .prefix_cache import PrefixCache, Reuse
 
 __all__ = ["LocalBackend"]
 
@@ -106,6 +111,9 @@ class LocalBackend(Backend):
         )
         #: generate() calls and prompts generated, for tests and the server's counters
         self.stats = {"batches": 0, "prompts": 0}
+        # step 3: only for weights that do not change (not a policy being trained in memory)
+        budget = self.settings.prefix_cache_mb * 2**20
+        self.prefix_cache = PrefixCache(budget) if budget and not self._in_memory else None
 
     @classmethod
     def from_model(
@@ -271,15 +279,28 @@ class LocalBackend(Backend):
         max_new = first.max_tokens or self.settings.max_new_tokens
         stop_ids = self.stop_ids()
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else stop_ids[0]
-        # 1-2) the prompts, left-padded
+        # 1-3) the prompts; a reused prefix right-aligned in the first `cached` columns, the
+        # tokens still to compute right-aligned after it (both left-padded, the mask says where)
         prompts = [self._prompt_ids(r) for r in requests]
-        width = max(len(p) for p in prompts)
+        prefix = self.prefix_cache if n == 1 else None
+        reuses: list[Reuse | None] = [
+            prefix.lookup(p) if prefix is not None else None for p in prompts
+        ]
+        lengths = [r.length if r is not None else 0 for r in reuses]
+        cached = max(lengths)
+        width = cached + max(len(p) - c for p, c in zip(prompts, lengths, strict=True))
         input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # (B, T)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, T)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention[i, width - len(p) :] = 1
-        # 3) decoding as the request says
+        for i, (p, c) in enumerate(zip(prompts, lengths, strict=True)):
+            if c:
+                input_ids[i, cached - c : cached] = torch.tensor(p[:c], dtype=torch.long)
+                attention[i, cached - c : cached] = 1
+            input_ids[i, width - (len(p) - c) :] = torch.tensor(p[c:], dtype=torch.long)
+            attention[i, width - (len(p) - c) :] = 1
+        extra: dict[str, Any] = {}
+        if cached:
+            extra[_cache_kwarg(model)] = PrefixCache.batch_cache(reuses, cached)
+        # 4) decoding as the request says
         sample = temperature > 0
         gen_cfg = GenerationConfig(
             max_new_tokens=max_new,
@@ -305,6 +326,7 @@ class LocalBackend(Backend):
                     attention_mask=attention.to(model.device),
                     generation_config=gen_cfg,
                     logits_processor=LogitsProcessorList([recorder] if recorder else []),
+                    **extra,
                 )
             finally:
                 model.train(was_training)
@@ -314,7 +336,9 @@ class LocalBackend(Backend):
         token_lp = top_lp = None
         if recorder is not None:
             token_lp, top_lp = recorder.finish(out.sequences)
-        # 4) text, ids and log-probabilities per choice
+        if prefix is not None:
+            self._keep_prefixes(prefix, out, prompts, attention, width, set(stop_ids))
+        # 5) text, ids and log-probabilities per choice
         stops = set(stop_ids)
         replies = []
         for i, r in enumerate(requests):
@@ -359,6 +383,35 @@ class LocalBackend(Backend):
             )
         return replies
 
+    @staticmethod
+    def _keep_prefixes(
+        prefix: PrefixCache,
+        out: Any,
+        prompts: list[list[int]],
+        attention: Any,
+        width: int,
+        stops: set[int],
+    ) -> None:
+        """Step 3's store: each row's prompt and reply (up to its stop token, whose keys
+        were never computed) with their keys and values."""
+        import torch
+
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        if cache is None:
+            return
+        gen = out.sequences[:, width:]
+        for i, p in enumerate(prompts):
+            ids = gen[i].tolist()
+            end = next((k for k, x in enumerate(ids) if x in stops), len(ids) - 1)
+            reply = ids[:end]  # the tokens fed back into the model, in order
+            keep = torch.cat(
+                [
+                    torch.nonzero(attention[i]).flatten(),
+                    torch.arange(width, width + len(reply), dtype=torch.long),
+                ]
+            ).to(out.sequences.device)
+            prefix.store(p + reply, PrefixCache.row_layers(cache, i, keep))
+
 
 class _LogprobRecorder:
     """A logits processor that keeps the log-probability of each generated token (and the
@@ -401,6 +454,15 @@ def _autocast(device: str, kind: str) -> contextlib.AbstractContextManager[Any]:
 
         return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def _cache_kwarg(model: Any) -> str:
+    """``generate``'s name for a cache passed in: ``cache`` in the transformers releases whose
+    outputs carry one (``past_key_values`` before, deprecated since)."""
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    fields = getattr(GenerateDecoderOnlyOutput, "__dataclass_fields__", {})
+    return "cache" if "cache" in fields else "past_key_values"
 
 
 def _sampling_key(r: ChatRequest) -> tuple[Any, ...]:
