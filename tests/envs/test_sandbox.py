@@ -315,6 +315,20 @@ def test_unprivileged_user_namespace_worker() -> None:
     capability before running code."""
     folder = Path(tempfile.mkdtemp(prefix="trajsynth-userns-"))
     script = folder / "probe.py"
+    pid_list = folder / "pids" / "list"
+    daemons = (  # five double-forked, session-leading sleepers; their pids go to pid_list
+        "import os, time\n"
+        "for i in range(5):\n"
+        "    if os.fork() == 0:\n"
+        "        os.setsid()\n"
+        "        pid = os.fork()\n"
+        "        if pid == 0:\n"
+        "            time.sleep(60)\n"
+        f"        open({str(pid_list)!r}, 'a').write(str(pid) + chr(10))\n"
+        "        os._exit(0)\n"
+        "    os.wait()\n"
+        "print('spawned')\n"
+    )
     script.write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
@@ -328,21 +342,25 @@ def test_unprivileged_user_namespace_worker() -> None:
         "try:\\n    open('/etc/pwned', 'w')\\nexcept OSError:\\n    print('ro')\\n"
         "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])\")\n"
         "    print(sb.isolation, r.stdout.split())\n"
-        # rlimit mode as a normal user: no uid switch, so leftovers are found as descendants
+        # rlimit mode as a normal user: no uid switch, so the daemonized grandchildren must be
+        # found and killed as descendants; their pids are written down so that the check
+        # counts them only (not other processes of this uid that come and go meanwhile)
         "import time\n"
-        "def mine():\n"
-        "    return sum(1 for d in os.listdir('/proc') if d.isdigit() and "
-        "os.stat('/proc/' + d).st_uid == os.getuid())\n"
         "with Sandbox(kind='rlimit', pool_size=1, python=python) as sb:\n"
-        "    before = mine()\n"
-        "    r = sb.run('import os, time\\nfor i in range(5):\\n    if os.fork() == 0:\\n"
-        "        os.setsid()\\n        if os.fork() == 0:\\n            time.sleep(60)\\n"
-        '        os._exit(0)\\nprint("spawned")\')\n'
+        f"    r = sb.run({daemons!r})\n"
         "    time.sleep(0.3)\n"
-        "    print(r.stdout.strip(), mine() - before)\n"
+        f"    pids = open({str(pid_list)!r}).read().split()\n"
+        "    def alive(pid):\n"
+        "        try:\n"
+        "            return open(f'/proc/{pid}/stat').read().split(') ')[1][0] != 'Z'\n"
+        "        except OSError:\n"
+        "            return False\n"
+        "    print(r.stdout.strip(), len(pids), sum(alive(p) for p in pids))\n"
     )
     os.chmod(folder, 0o755)
     os.chmod(script, 0o644)
+    (folder / "pids").mkdir()
+    os.chmod(folder / "pids", 0o777)
     try:
         out = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
@@ -356,7 +374,7 @@ def test_unprivileged_user_namespace_worker() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == [
         "namespace ['nonet', 'ro', '0000000000000000']",
-        "spawned 0",  # the ten daemonized processes are gone
+        "spawned 5 0",  # five daemonized grandchildren, all gone
     ]
 
 
