@@ -45,9 +45,11 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(TS) run pipelines/looptool.yaml --out runs/demo
 
-## the test suite (what CI runs, through .ci/run)
+## the test suite (what CI runs, through .ci/run): two worker processes (pytest-xdist), then
+## the tests that measure time or exhaust a shared limit alone (`serial`, tests/conftest.py)
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not serial"
+	$(BIN)/python -m pytest -q -m serial
 
 lint: install
 	$(BIN)/ruff check trajsynth tests bench

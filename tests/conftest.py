@@ -9,6 +9,19 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Rich wraps console output at the terminal's width (80 columns when there is none), and a
+# message that names a temporary path wraps or not with that path's length (longer under
+# pytest-xdist): the tests read output as if on a wide terminal.
+os.environ.setdefault("COLUMNS", "200")
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs the suite in two worker processes (pytest-xdist) on a machine of about
+    # two cores: one math thread each (here and in the subprocesses the tests start), or the
+    # two workers' thread pools spin against each other and a torch test runs several times
+    # slower than alone.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
 
 def _external_dir() -> Path:
     env = os.environ.get("TRAJSYNTH_EXTERNAL")
@@ -99,3 +112,30 @@ def rejection_twice(tmp_path: Path):
         return first
 
     return check
+
+
+# Tests `make test` runs after the others, alone (``-m serial``): they measure time (a
+# timeout, a rate limit, a sandbox's CPU and wall limits) or exhaust a per-user resource (a
+# fork bomb fills the sandbox user's process limit, which every other sandbox shares), so
+# they must not share the machine with a second test worker.
+SERIAL = (
+    "tests/envs/test_sandbox.py",
+    "tests/reliability/test_sandbox_escapes.py",
+    "tests/reliability/test_fault_proxy.py",
+    "tests/reliability/test_infra_errors.py",
+    "tests/llm/test_limiter.py",
+    "tests/llm/test_http.py::test_500_requests_under_20_percent_faults",
+    "tests/reliability/test_parser_fuzz.py",
+    "tests/llm/test_parsing.py::test_pathological_outputs_are_fast",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of :data:`SERIAL` ``serial``; and under pytest-xdist (``--dist
+    loadgroup``) run the tests that use the converted SmolLM2 on one worker, so the session
+    converts it once, not once per worker."""
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+        if {"smollm2", "smollm2_home"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("smollm2"))
