@@ -18,6 +18,14 @@ What it does, in one process:
    ``--ppo-epochs`` passes over each rollout batch;
 5) the GRPO checkpoint evaluated as in 3).
 
+Measured here with the defaults (seed 0; 2 CPU cores shared with other jobs: 25 minutes,
+17.5 of them GRPO, 0.055 rollouts/s; a quiet machine is several times faster): the reward per
+update 0.375, 0.375, 0.625, 0.25, 0.875, 0.375 (the two training tasks alternate, one per
+update; first two 0.375, last two 0.625); at temperature 0.7 the warm-up checkpoint's exact
+match was 0.25 on the training tasks and 0.44 on the held-out ones, the GRPO checkpoint's 1.00
+and 0.75; greedy on the held-out tasks both 0.875 (GRPO sharpens the sampled policy towards
+what the greedy one already does).
+
 Run: python bench/grpo.py [--updates 6] [--group 8] [--temperature 0.7] [--sft-steps 6]
 The last line is one JSON object: first_reward / last_reward (mean reward of the first and
 the last ``--k`` updates), updates, rollouts_per_s, minutes, and the exact match of the
