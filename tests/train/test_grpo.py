@@ -94,6 +94,28 @@ def test_reward_terms_are_configurable(tasks, make_env) -> None:
     assert ep.reward == pytest.approx(1 - 0.05 - 0.5)
 
 
+def test_first_step_exact_is_the_multiset_match_of_the_first_turn(tasks, make_env) -> None:
+    from trajsynth.train.eval import first_step_exact
+
+    row = tasks[0]
+    gold = row.ground_truth["turns"][0]["steps"][0][0]
+    right = _episode(row, make_env, [(gold["name"], gold["arguments"])])
+    wrong = _episode(row, make_env, [(gold["name"], {**gold["arguments"], "amount": -1})])
+    twice = _episode(row, make_env, [(gold["name"], gold["arguments"])] * 2)
+    text = _episode(row, make_env, None)
+    assert [first_step_exact(row, ep.messages) for ep in (right, wrong, twice, text)] == [
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+    ]
+    # the same reward through the trainer: a group with one right episode has signal
+    kept = score_and_advantages(
+        [right, wrong, text], make_env, GRPOConfig(model="x"), AdvantageStats(), first_step_exact
+    )
+    assert [ep.reward for ep, _ in kept] == [1.0, 0.0, 0.0]
+
+
 def test_gigpo_groups_by_state_hash(tasks, make_env) -> None:
     row = next(t for t in tasks if t.extra["family"] == "travel-convert")
     gold = row.ground_truth["turns"][0]["steps"][0][0]
@@ -141,6 +163,23 @@ def test_rollouts_keep_generated_ids_and_batch_generation(tasks, make_env, tiny_
             add_generation_prompt=True, return_dict=False,
         )  # fmt: skip
         assert ep.token_ids[: len(prompt)] == list(prompt)
+
+
+def test_update_logprobs_are_those_of_the_sampling_temperature(tiny_student) -> None:
+    """Rollouts sampled at temperature T come from softmax(logits / T): the update scores
+    the generated tokens under that policy, not under T = 1."""
+    from trajsynth.train.grpo import _logprobs
+
+    model, _ = tiny_student
+    ids = torch.tensor([[1, 5, 7, 9, 11, 13]])
+    mask = torch.tensor([[False, False, True, True, False, True]])
+    batch = {"ids": ids, "mask": mask}
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1].float()  # (T-1, V)
+        for temp in (1.0, 0.5):
+            want = torch.log_softmax(logits / temp, -1)[[1, 2, 4], ids[0, [2, 3, 5]]]
+            got = _logprobs(model, batch, "cpu", "fp32", temp)
+            assert torch.allclose(got, want, atol=1e-5), temp
 
 
 @pytest.fixture(scope="module")

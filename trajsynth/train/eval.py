@@ -47,6 +47,7 @@ __all__ = [
     "RewardConfig",
     "episode_reward",
     "evaluate",
+    "first_step_exact",
     "gold_steps",
     "predicted_steps",
     "score_episode",
@@ -139,6 +140,23 @@ def score_episode(
         state = final_state_match(calls, gt, lambda: make_env(row), use_cached=True)
         scores["state_match"] = float(state.ok)
     return scores
+
+
+def first_step_exact(row: Trajectory, messages: Sequence[Message]) -> float:
+    """LoopTool's reward as its GRPO run scores it: one step against the gold, 1.0 when the
+    episode's first assistant message makes the gold first step's calls as a multiset
+    (arguments included), else 0.0. For one-turn rollouts (``max_steps`` 1) of single-call
+    tasks, where :func:`score_episode` would also ask for the final answer; a GRPO
+    ``reward_fn``."""
+    from ..envs.verifiers import exact_multiset_reward
+
+    gt = GroundTruth.from_json(row.ground_truth)
+    if gt is None:
+        raise ValueError(f"task {row.task_id} has no ground truth")
+    gold = gold_steps(gt)[0]
+    step = next((m for m in messages if m.role == "assistant"), None)
+    pred = list(step.tool_calls) if step is not None and step.tool_calls else "text"
+    return exact_multiset_reward(pred, gold if gold is not None else "text")
 
 
 class RewardConfig(BaseModel):

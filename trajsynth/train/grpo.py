@@ -235,9 +235,15 @@ def _token_batch(
     }
 
 
-def _logprobs(model: Any, batch: dict[str, Any], device: str, precision: str) -> Any:
+def _logprobs(
+    model: Any, batch: dict[str, Any], device: str, precision: str, temperature: float = 1.0
+) -> Any:
+    """Log-probabilities of the trained tokens under the policy that sampled them:
+    softmax(logits / T) at the rollout temperature T (greedy rollouts: T = 1)."""
     with autocast(device, precision):
-        return selected_logprobs(model, batch["ids"], None, batch["mask"]).float()  # (N,)
+        return selected_logprobs(
+            model, batch["ids"], None, batch["mask"], temperature
+        ).float()  # (N,)
 
 
 # --------------------------------------------------------------------------------------
@@ -307,6 +313,7 @@ def train_grpo(
     )
     player = ChatPlayer.local(backend)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    temp = cfg.rollout.temperature or 1.0  # the sampled policy is softmax(logits / T)
 
     # 1) the task stream: a seeded shuffle per epoch
     def task_batch(it: int) -> list[Trajectory]:
@@ -359,9 +366,9 @@ def train_grpo(
             with torch.no_grad():
                 for b in batches:
                     if not on_policy:
-                        b["old"] = _logprobs(model, b, device, precision)  # π_old, (N,)
+                        b["old"] = _logprobs(model, b, device, precision, temp)  # π_old, (N,)
                     if ref_model is not None:
-                        b["ref"] = _logprobs(ref_model, b, device, precision)  # π_ref, (N,)
+                        b["ref"] = _logprobs(ref_model, b, device, precision, temp)  # π_ref, (N,)
             per_mb = math.ceil(len(batches) / cfg.minibatches)
             for _ in range(cfg.ppo_epochs):
                 for m in range(0, len(batches), per_mb):
@@ -369,7 +376,7 @@ def train_grpo(
                     tokens = sum(int(b["adv"].numel()) for b in group)
                     seqs = sum(b["n_seqs"] for b in group)
                     for b in group:
-                        logp = _logprobs(model, b, device, precision)  # π_θ, (N,)
+                        logp = _logprobs(model, b, device, precision, temp)  # π_θ, (N,)
                         old = logp.detach() if on_policy else b["old"]
                         pg, clipped = clipped_surrogate(
                             logp, old, b["adv"], cfg.clip_low, cfg.clip_high

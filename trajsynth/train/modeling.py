@@ -151,8 +151,11 @@ def with_lora(model: Any, r: int, alpha: float, layers: int = 0) -> Any:
         return get_peft_model(model, lora)
 
 
-def selected_logprobs(model: Any, input_ids: Any, position_ids: Any, select: Any) -> Any:
-    """log p(input_ids[:, t+1] | input_ids[:, :t+1]) at every t where ``select[:, t+1]``.
+def selected_logprobs(
+    model: Any, input_ids: Any, position_ids: Any, select: Any, temperature: float = 1.0
+) -> Any:
+    """log p(input_ids[:, t+1] | input_ids[:, :t+1]) at every t where ``select[:, t+1]``,
+    under the distribution softmax(logits / ``temperature``) (a sampler's policy).
 
     ``input_ids``, ``position_ids``, ``select``: (B, T). Returns a flat (N,) tensor in row-major
     order of the selected positions, N = select[:, 1:].sum(). The LM head runs only on those N
@@ -175,6 +178,8 @@ def selected_logprobs(model: Any, input_ids: Any, position_ids: Any, select: Any
     else:  # any other causal LM: full logits, then select
         out = model(input_ids=input_ids, position_ids=position_ids, use_cache=False)
         logits = out.logits[:, :-1][keep].float()  # (N, V)
+    if temperature != 1.0:
+        logits = logits / temperature
     # -cross_entropy is log_softmax + gather, fused (one pass over the N × V logits)
     return -torch.nn.functional.cross_entropy(logits, targets[keep], reduction="none")  # (N,)
 
