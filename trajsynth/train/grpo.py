@@ -54,7 +54,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.config import StrictModel
 from ..core.errors import ConfigError, DataError
 from ..core.ids import stable_hash
 from ..core.schema import Trajectory
@@ -63,6 +62,7 @@ from .advantages import AdvantageStats, gigpo_advantages, group_advantages
 from .eval import RewardConfig, episode_reward, score_episode
 from .losses import aggregate, clipped_surrogate, kl_k3
 from .modeling import (
+    LoRASettings,
     autocast,
     load_student,
     resolve_device,
@@ -81,7 +81,7 @@ STATE_FILE = "trajsynth_grpo.json"
 RewardFn = Callable[[Trajectory, list[Any]], float]
 
 
-class GRPOConfig(StrictModel):
+class GRPOConfig(LoRASettings):
     """Settings of one GRPO run (the ``trajsynth train-grpo`` options)."""
 
     model: str = Field(description="The starting checkpoint: a transformers model folder.")
@@ -91,16 +91,6 @@ class GRPOConfig(StrictModel):
         default=8, ge=2, description="G: episodes per task (LoopTool uses n=16)."
     )
     lr: float = Field(default=1e-6, gt=0, description="Learning rate (LoopTool: 1e-6).")
-    lora_r: int = Field(
-        default=0,
-        ge=0,
-        description="LoRA rank (PyPI peft) on the linear layers; 0: full fine-tuning. The "
-        "adapters are merged into the saved model.",
-    )
-    lora_alpha: float = Field(default=32.0, gt=0, description="LoRA scale numerator (α / r).")
-    lora_layers: int = Field(
-        default=0, ge=0, description="Adapt only the top N transformer blocks (0: all)."
-    )
     clip_low: float = Field(default=0.2, ge=0, description="ε_low (LoopTool/DAPO: 0.2).")
     clip_high: float = Field(default=0.28, ge=0, description="ε_high (LoopTool/DAPO: 0.28).")
     beta: float = Field(

@@ -23,6 +23,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import Field
+
+from ..core.config import StrictModel
 from ..core.errors import ConfigError
 
 __all__ = [
@@ -116,6 +119,24 @@ def load_student(path: str | Path, device: str = "cpu") -> tuple[Any, Any]:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device)
     return model, tokenizer
+
+
+class LoRASettings(StrictModel):
+    """The LoRA settings SFT and GRPO share (:func:`with_lora`)."""
+
+    lora_r: int = Field(
+        default=0,
+        ge=0,
+        description="LoRA rank (PyPI peft) on every linear layer of a pretrained model; 0: "
+        "full fine-tuning. The adapters are merged into the saved model.",
+    )
+    lora_alpha: float = Field(default=32.0, gt=0, description="LoRA scale numerator (α / r).")
+    lora_layers: int = Field(
+        default=0,
+        ge=0,
+        description="Adapt only the top N transformer blocks (0: all). The backward pass stops "
+        "at the lowest adapted block, so a CPU step costs less.",
+    )
 
 
 def with_lora(model: Any, r: int, alpha: float, layers: int = 0) -> Any:

@@ -38,13 +38,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.config import StrictModel
 from ..core.errors import ConfigError, DataError
 from ..core.ids import stable_hash
 from ..core.schema import Trajectory
 from . import checkpoint
 from .data import IGNORE_INDEX, Batch, batches, tokenize_rows
 from .modeling import (
+    LoRASettings,
     autocast,
     load_student,
     resolve_device,
@@ -60,7 +60,7 @@ __all__ = ["SFTConfig", "SFTResult", "accumulate_gradients", "masked_nll", "trai
 STATE_FILE = "trajsynth_sft.json"
 
 
-class SFTConfig(StrictModel):
+class SFTConfig(LoRASettings):
     """Settings of one SFT run (the ``trajsynth train-sft`` options)."""
 
     model: str = Field(
@@ -69,19 +69,6 @@ class SFTConfig(StrictModel):
         "to a transformers model folder.",
     )
     tiny: TinyConfig = Field(default_factory=TinyConfig, description="Size of the tiny model.")
-    lora_r: int = Field(
-        default=0,
-        ge=0,
-        description="LoRA rank (PyPI peft) on every linear layer of a pretrained model; 0: "
-        "full fine-tuning. The adapters are merged into the saved model.",
-    )
-    lora_alpha: float = Field(default=32.0, gt=0, description="LoRA scale numerator (α / r).")
-    lora_layers: int = Field(
-        default=0,
-        ge=0,
-        description="Adapt only the top N transformer blocks (0: all). The backward pass stops "
-        "at the lowest adapted block, so a CPU step costs less.",
-    )
     epochs: float = Field(default=3.0, gt=0, description="Passes over the data.")
     max_steps: int | None = Field(
         default=None, ge=1, description="Stop after this many optimizer steps (overrides epochs)."
