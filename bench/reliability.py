@@ -14,7 +14,12 @@ Measures (last line, one JSON object):
   reused by the rerun instead of rerunning the stage;
 - ``fault_slowdown``: wall time of ``magnet_tasks → rejection_sampling`` through a proxy that
   answers ``--fault-rate`` (20%) of requests with a fault (429 with and without
-  ``retry-after``, 500, a hang, a truncated body), divided by the same run without faults;
+  ``retry-after``, 500, a hang, a truncated body), divided by the mean of the same run
+  without faults measured just before and just after it (on a shared machine the load
+  drifts; one clean run alone made the ratio swing from 1.2 to 6). A hang costs one request
+  timeout (``--timeout-s``, 5 s) however long the endpoint would hang, so on a small workload
+  a few hangs on the critical path dominate the ratio: the table shows the hangs and that
+  bound;
 - ``accepted_vs_clean``: accepted rollouts with faults ÷ without;
 - ``infra_as_model_failures``: rejected rollouts of the faulty run whose reason is an endpoint
   failure (5xx, 429, timeout, unreadable body, retries exhausted, circuit open), i.e. endpoint
@@ -161,6 +166,10 @@ def sandbox_escapes() -> tuple[int, list[str], str]:
     return len(out), out, info
 
 
+def _progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes")
@@ -182,11 +191,13 @@ def main() -> None:
 
     rows: list[tuple[str, str]] = []
     fuzz = fuzz_parser(args.fuzz, seed=args.seed)
+    _progress(f"fuzzed {args.fuzz:,} outputs")
     rows.append(("fuzz outputs", f"{fuzz['outputs']:,} ({fuzz['chars']:,} chars)"))
     rows.append(("fuzz crashes / slow", f"{len(fuzz['crashes'])} / {fuzz['slow']}"))
     rows.append(("fuzz slowest parse", f"{fuzz['max_s'] * 1000:.0f} ms"))
 
     corrupt = corrupt_trials(args.corrupt, args.seed)
+    _progress(f"{args.corrupt} corrupt-shard trials")
     undetected = corrupt["missed_reader"] + corrupt["missed_rerun"]
     rows.append(("corrupt shard trials", str(corrupt["trials"])))
     rows.append(
@@ -199,6 +210,7 @@ def main() -> None:
     ):
         llm_run(server.base_url, Path(tmp) / "warmup", 1, 1, args.timeout_s)  # imports, pools
         clean = llm_run(server.base_url, Path(tmp) / "clean", args.tasks, args.n, args.timeout_s)
+        _progress(f"clean run {clean['seconds']:.1f} s")
         with FaultProxy(
             server.base_url,
             rate=args.fault_rate,
@@ -211,17 +223,25 @@ def main() -> None:
                 proxy.base_url, Path(tmp) / "faulty", args.tasks, args.n, args.timeout_s
             )
             injected = {k: v for k, v in proxy.counts.items() if k != "ok"}
+        _progress(f"faulty run {faulty['seconds']:.1f} s")
+        again = llm_run(server.base_url, Path(tmp) / "clean2", args.tasks, args.n, args.timeout_s)
+        _progress(f"clean run again {again['seconds']:.1f} s")
         with tempfile.TemporaryDirectory(prefix="trajsynth-secrets-") as sec_tmp:
             secrets = secret_trials(Path(sec_tmp), server.base_url)
+        _progress("secret trials")
     escapes, escaped, sandbox = sandbox_escapes()
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trajsynth-kill-") as kill_tmp:
-        kills = kill_trials(Path(kill_tmp), args.kills, seed=args.seed)
-    slowdown = faulty["seconds"] / max(clean["seconds"], 1e-9)
+        kills = kill_trials(Path(kill_tmp), args.kills, seed=args.seed, progress=_progress)
+    kill_s = time.perf_counter() - started
+    clean_s = (clean["seconds"] + again["seconds"]) / 2
+    slowdown = faulty["seconds"] / max(clean_s, 1e-9)
     accepted = faulty["accepted"] / max(clean["accepted"], 1)
     rows.append(
         (
-            "clean run",
-            f"{clean['seconds']:.1f} s, {clean['accepted']} accepted, {clean['failed']} failed",
+            "clean run, before / after",
+            f"{clean['seconds']:.1f} s / {again['seconds']:.1f} s, {clean['accepted']} accepted, "
+            f"{clean['failed']} failed",
         )
     )
     rows.append(
@@ -233,10 +253,16 @@ def main() -> None:
     rows.append(("faults injected", ", ".join(f"{k}={v}" for k, v in sorted(injected.items()))))
     rows.append(("rollouts lost to the endpoint", f"{faulty['infra_lost']} (dropped, counted)"))
     rows.append(("request timeout / hang", f"{args.timeout_s:g} s / {args.hang_s:g} s"))
+    hangs = injected.get("hang", 0)
+    rows.append(("hangs × timeout (upper bound)", f"{hangs} × {args.timeout_s:g} s = "
+                 f"{hangs * args.timeout_s:.0f} s"))  # fmt: skip
     bad = [r for r in kills["results"] if not (r["identical"] and not r["orphans"]
                                                and not r["leftovers"])]  # fmt: skip
     rows.append(("kill -9 + resume identical", f"{kills['ok']} of {kills['trials']} "
                  f"(uninterrupted run {kills['reference_s']} s)"))  # fmt: skip
+    per_kill = kill_s / max(kills["trials"], 1)
+    rows.append(("kill trials wall time", f"{kill_s:.0f} s ({per_kill:.0f} s per trial: the "
+                 "reference run shared, the killed and the resumed run)"))  # fmt: skip
     for r in bad:
         rows.append(("  not identical", json.dumps(r)[:300]))
     rows.append(("sandbox", sandbox))
