@@ -230,6 +230,18 @@ def main() -> None:
             secrets = secret_trials(Path(sec_tmp), server.base_url)
         _progress("secret trials")
     escapes, escaped, sandbox = sandbox_escapes()
+    before_kills = {
+        "fault_slowdown": round(faulty["seconds"] / max((clean["seconds"] + again["seconds"]) / 2,
+                                                        1e-9), 2),
+        "accepted_vs_clean": round(faulty["accepted"] / max(clean["accepted"], 1), 3),
+        "infra_as_model_failures": faulty["infra"],
+        "fuzz_crashes": len(fuzz["crashes"]),
+        "fuzz_slow": fuzz["slow"],
+        "corrupt_undetected": corrupt["missed_reader"] + corrupt["missed_rerun"],
+        "sandbox_escapes": escapes,
+        "secret_leaks": secrets["leaks"],
+    }  # fmt: skip
+    _progress(f"before the kill trials: {json.dumps(before_kills)}")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trajsynth-kill-") as kill_tmp:
         kills = kill_trials(Path(kill_tmp), args.kills, seed=args.seed, progress=_progress)
