@@ -8,7 +8,8 @@ Measures (last line, one JSON object):
 
 - ``fuzz_crashes`` / ``fuzz_slow``: of ``--fuzz`` (10,000) seeded outputs built to break a
   tool-call parser (``tests/reliability/faultkit.py``), how many made ``parse_output`` raise or
-  return unencodable text, and how many took over 1 s;
+  return unencodable text, and how many took over 1 s of CPU (wall time on a shared machine
+  also counts the other processes' turns; the table shows both);
 - ``corrupt_undetected``: of ``--corrupt`` (20) trials that overwrite 2 KB at a random place
   of a random committed shard (size kept), how many were missed by the reader check or
   reused by the rerun instead of rerunning the stage;
@@ -40,12 +41,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -56,7 +61,6 @@ from faultkit import FaultProxy, corrupt_file, fuzz_parser  # noqa: E402
 from runkit import kill_trials, secret_trials  # noqa: E402
 
 from trajsynth.core.errors import DataError  # noqa: E402
-from trajsynth.llm.client import reset_clients  # noqa: E402
 from trajsynth.llm.server import spawn_server  # noqa: E402
 from trajsynth.pipeline.runner import run_pipeline  # noqa: E402
 from trajsynth.pipeline.spec import resolve_pipeline  # noqa: E402
@@ -124,13 +128,21 @@ def llm_run(base_url: str, out: Path, tasks: int, n: int, timeout_s: float) -> d
             {"id": "rollouts", "uses": "rejection_sampling", "from": "tasks", "with": {"n": n}},
         ],
     }
-    reset_clients()
-    start = time.perf_counter()
-    try:
-        result = run_pipeline(resolve_pipeline(pipe), out=out)
-    finally:
-        reset_clients()
-    seconds = time.perf_counter() - start
+    # the run is a process of its own, as a user's is: the proxy (a thread of this process)
+    # must not wait for the GIL behind the pipeline's own work, or its delays become the
+    # endpoint's timeouts (and, 20 in a row, open the circuit breaker)
+    spec = out.with_suffix(".yaml")
+    spec.write_text(yaml.safe_dump(pipe))
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "trajsynth", "run", str(spec), "--out", str(out), "-q"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"the {out.name} run failed:\n{proc.stderr[-3000:]}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    # the stages' own wall time (what the runner measured), without the interpreter's start
+    seconds = sum(st.get("seconds", 0.0) for st in manifest["stages"].values())
     import pyarrow.parquet as pq
 
     failed_dir = out / "rollouts" / "failed"
@@ -138,7 +150,7 @@ def llm_run(base_url: str, out: Path, tasks: int, n: int, timeout_s: float) -> d
     if failed_dir.is_dir() and list(failed_dir.glob("*.parquet")):
         reasons = pq.read_table(failed_dir, columns=["failure_reason"]).column("failure_reason")
         infra = sum(1 for r in reasons.to_pylist() if r and _ENDPOINT_FAILURE.search(r))
-    counters = result.manifest.stages["rollouts"].metrics.get("counters", {})
+    counters = manifest["stages"]["rollouts"]["metrics"].get("counters", {})
     return {
         "seconds": seconds,
         "accepted": count_rows(out / "rollouts"),
@@ -194,7 +206,8 @@ def main() -> None:
     _progress(f"fuzzed {args.fuzz:,} outputs")
     rows.append(("fuzz outputs", f"{fuzz['outputs']:,} ({fuzz['chars']:,} chars)"))
     rows.append(("fuzz crashes / slow", f"{len(fuzz['crashes'])} / {fuzz['slow']}"))
-    rows.append(("fuzz slowest parse", f"{fuzz['max_s'] * 1000:.0f} ms"))
+    rows.append(("fuzz slowest parse, CPU / wall", f"{fuzz['max_cpu_s'] * 1000:.0f} ms / "
+                 f"{fuzz['max_s'] * 1000:.0f} ms"))  # fmt: skip
 
     corrupt = corrupt_trials(args.corrupt, args.seed)
     _progress(f"{args.corrupt} corrupt-shard trials")
