@@ -228,7 +228,8 @@ def test_magnet_edge_judge() -> None:
     are the plain simulator's."""
 
     def synthesize(ctx: Context) -> list[Trajectory]:
-        cfg = {"tasks_per_domain": 2, "domains": ["travel"], "edge_check": True}
+        cfg = {"tasks_per_domain": 2, "domains": ["travel"], "edge_check": True,
+               "graph": {"similarity": "lexical"}}  # fmt: skip
         stage = build_stage("magnet_tasks", cfg)
         return [r for b in stage.generate(ctx, 0) for r in to_records(b)]
 
