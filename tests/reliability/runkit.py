@@ -103,8 +103,11 @@ def kill_trials(
     pipeline: str = KILL_PIPELINE,
     sets: tuple[str, ...] = KILL_SETS,
     timeout_s: float = 600,
+    progress: Any = None,
 ) -> dict[str, Any]:
-    """``trials`` kill-and-resume runs against one uninterrupted run; see the module doc."""
+    """``trials`` kill-and-resume runs against one uninterrupted run; see the module doc.
+    ``progress(message)`` is told when each run ends."""
+    say = progress or (lambda message: None)
     rnd = random.Random(seed)
     ref_out = work / "reference"
     start = time.monotonic()
@@ -114,6 +117,7 @@ def kill_trials(
     )  # fmt: skip
     ref_s = time.monotonic() - start
     reference = digest(ref_out)
+    say(f"kill trials: uninterrupted run {ref_s:.1f} s")
     results = []
     for t in range(trials):
         out, cache = work / f"trial-{t}", work / f"trial-{t}-cache"
@@ -143,6 +147,7 @@ def kill_trials(
         got = digest(out) if resumed.returncode == 0 else {}
         left = _leftovers(out)
         same = resumed.returncode == 0 and got == reference
+        say(f"kill trial {t + 1}/{trials}: killed after {delay:.1f} s, resumed, identical={same}")
         results.append(
             {
                 "trial": t,

@@ -31,7 +31,11 @@ Steps of one call:
    arguments and seeded values of each field's type (enum, date, email, ...): always valid
    against the schema. An answering model (the ``tool`` LLM role, ``answer=``) may replace the
    proposal; an answer that is not valid against the response schema is discarded and the
-   proposal kept. Answers are cached by (seed, state hash, call), so a replay, and a branch
+   proposal kept. An endpoint that failed for good (an
+   :class:`~trajsynth.core.errors.EndpointError` out of the answering model: retries
+   exhausted, a bad key) is no answer and no proposal either: it is raised, the call leaves
+   the state and the cache as they were, and the episode is lost to the endpoint. Answers are
+   cached by (seed, state hash, call), so a replay, and a branch
    restored from a snapshot, gets the identical answer;
 6) a new episode starts from a seeded population: a few entities of every kind an id
    parameter names, with the fields the specs give them, so grounded calls find ids to use;
@@ -54,6 +58,7 @@ from typing import Any
 
 import jsonschema
 
+from ..core.errors import EndpointError
 from ..core.ids import canonical_json, seed_from, stable_hash
 from ..core.schema import ToolCall
 from ..core.task import GroundTruth
@@ -530,7 +535,11 @@ class SimulatedEnvironment(Environment):
             self.db.restore(snap)
             output, error = None, exc.to_json()
         if self.answer is not None and error is None:
-            output, error = self._ask(spec, query_call, before, output, error)
+            try:
+                output, error = self._ask(spec, query_call, before, output, error)
+            except EndpointError:  # no answer: the call did not happen
+                self.db.restore(snap)
+                raise
         after = self.db.snapshot() if error is None else None
         self.cache.put(key, (output, error, after))
         return ToolResult(call.id, call.name, args, output=output, error=error)
@@ -623,7 +632,9 @@ class SimulatedEnvironment(Environment):
                           "response": spec.response}, call, ledger, proposal)  # fmt: skip
         try:
             answer = self.answer(query)  # type: ignore[misc]
-        except Exception as exc:  # the model failed: the proposal stands
+        except EndpointError:  # the endpoint failed for good: not an answer (see step 5)
+            raise
+        except Exception as exc:  # the answering function broke: the proposal stands
             log.warning("tool simulator failed on %s: %r", spec.name, exc)
             return output, error
         if answer is None or error is not None:

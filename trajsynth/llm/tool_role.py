@@ -13,8 +13,13 @@ Steps of :func:`tool_answerer`'s function:
    seed, state hash, call), so the response cache keys it by exactly that;
 2) the request runs on a private event loop in its own thread: an environment steps from
    synchronous code and from coroutines alike, and this never re-enters the caller's loop;
-3) the answer: JSON ``{"output": ...}`` → the output; ``{"error": ...}``, unparsable text or
-   a failed request → ``None`` (the environment's proposal stands).
+3) the answer: JSON ``{"output": ...}`` → the output; ``{"error": ...}`` or unparsable text
+   (the model's answer: ``tool_role.unreadable``) or a request the endpoint refused (a 4xx:
+   ``tool_role.request_failed``) → ``None``, the environment's proposal stands. A request
+   that failed for good because of the endpoint (retries exhausted, 429s, circuit open)
+   raises :class:`~trajsynth.core.errors.InfraError` instead: the call has no answer, so the
+   episode that made it is lost to the endpoint and counted by its stage, never played on
+   with the proposal as if the model had answered.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..core.errors import InfraError
 from ..core.ids import seed_from
 from ..core.schema import Message
 from .client import MetricsSink, client_for_role
@@ -73,6 +79,7 @@ def tool_answerer(
     """The answering function a ``simulated`` environment calls with a query (an object with
     ``to_json()``: seed, state_hash, tool, call, ledger, proposal); see the module docstring."""
     client = client_for_role(role, roles, spec=spec, metrics=metrics)
+    count = metrics.inc if metrics is not None else (lambda name, n=1: None)
 
     def answer(query: Any) -> Any:
         q = query.to_json()
@@ -88,14 +95,20 @@ def tool_answerer(
         )
         result = _Loop.get().run(coro)
         if not result.ok:
+            if result.infra:
+                raise InfraError(f"{role} role: {result.error or 'the endpoint failed'}")
+            count("tool_role.request_failed")
             return None
         text = (result.choices[0].message.content or "").strip()
         try:
             data = json.loads(text[text.find("{") : text.rfind("}") + 1])
         except ValueError:
+            count("tool_role.unreadable")
             return None
         if isinstance(data, dict) and "output" in data and "error" not in data:
             return data["output"]
+        if not isinstance(data, dict) or "error" not in data:
+            count("tool_role.unreadable")
         return None
 
     return answer

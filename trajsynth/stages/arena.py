@@ -15,7 +15,10 @@ For each verified row (``success`` true, with ground truth):
    generated Python function per tool with the gold outputs as embedded mock data (ASTRA's
    "Python implementation with embedded mock data"); ``llm`` — ASTRA step 4: the
    ``tool_maker`` role writes each tool's function from its document, its call statements and
-   their outputs, retried up to ``tries`` times with the failure shown;
+   their outputs, retried up to ``tries`` times with the failure shown (a request the
+   endpoint refused is a try without code: ``tool_requests_failed``). A request lost to the
+   endpoint (retries exhausted, 429s, circuit open) is no try: the row is dropped and
+   counted as lost to the endpoint (``infra.lost``), never rejected as wrong code;
 4) verification: every gold call run through the package's own tools (generated code in the
    sandbox) must return its gold output, and the gold calls must score reward 1; otherwise
    the row is not packed (``rejected.<reason>``);
@@ -160,6 +163,9 @@ class Arena(RowStage[ArenaConfig]):
                     metadata={"role": cfg.tool_maker_role, "attempt": attempt},
                 )
                 ctx.metrics.inc("tool_requests")
+                result.raise_for_infra()  # the endpoint's failure: the row is lost (step 3)
+                if not result.ok:
+                    ctx.metrics.inc("tool_requests_failed")
                 text = result.choices[0].message.content or "" if result.ok else ""
                 m = _CODE.search(text)
                 source = (m.group(1) if m else text).strip()

@@ -30,7 +30,11 @@ reaches it. For the failed trajectories of a run (rejection sampling's ``failed`
    ``ask: every`` asks for a rewrite of every trajectory's goals, as ECHO does;
    ``ask: shortest_first`` (default) asks once per goal, starting from the trajectory with
    the least evidence, and moves to the next only when a rewrite is abstained or rejected
-   (at most ``tries``) — the rewrites the memory would discard are never requested;
+   (at most ``tries``) — the rewrites the memory would discard are never requested. A
+   request lost to the endpoint (retries exhausted, 429s, circuit open) is neither: the goal
+   is lost, counted (``infra.lost`` of ``infra.units``, the rewrites asked), and no other
+   trajectory is asked in its place; a request the endpoint refused is
+   ``rejected.request_failed``, an unreadable answer ``rejected.unreadable``;
 6) rows: the kept rewrite of each goal is played through the episode runner (tool messages
    as the tools return them now, the rewrite's workflow steps as the reasoning) and
    verified by the layered verifier against its new ground truth (the rewrite's calls with
@@ -398,6 +402,10 @@ def _calls(value: Any) -> list[GoldCall] | None:
 # --------------------------------------------------------------------------------------
 
 
+#: what :meth:`Echo._attempt` returns for a request lost to the endpoint
+_LOST = object()
+
+
 @register
 class Echo(RowsGlobalStage[EchoConfig]):
     """ECHO hindsight relabelling of failed trajectories; each rewrite replayed to its goal."""
@@ -438,9 +446,11 @@ class Echo(RowsGlobalStage[EchoConfig]):
             goals = sorted(goals, key=lambda g: (len(g.calls), g.row.id, g.order))
             if cfg.ask == "every":
                 got = await asyncio.gather(*(self._attempt(ctx, g, 0, sem) for g in goals))
-                return [r for r in got if r is not None]
+                return [r for r in got if isinstance(r, _Rewrite)]
             for attempt, g in enumerate(goals[: cfg.tries]):
                 r = await self._attempt(ctx, g, attempt, sem)
+                if r is _LOST:  # the endpoint's failure: not a reason to ask another one
+                    return []
                 if r is not None:
                     return [r]
             return []
@@ -465,8 +475,9 @@ class Echo(RowsGlobalStage[EchoConfig]):
 
     async def _attempt(
         self, ctx: Context, goal: _Goal, attempt: int, sem: asyncio.Semaphore
-    ) -> _Rewrite | None:
-        """Steps 3-4 for one goal: ask, parse, replay."""
+    ) -> _Rewrite | object | None:
+        """Steps 3-4 for one goal: ask, parse, replay; :data:`_LOST` when the request was lost
+        to the endpoint."""
         cfg = self.config
         row = goal.row
         prompt = (
@@ -492,7 +503,7 @@ class Echo(RowsGlobalStage[EchoConfig]):
         if not result.ok:
             if result.infra:  # the endpoint's failure: counted, not a rejection
                 ctx.lost_to_infra(RuntimeError(result.error), unit="rewrites")
-                return None
+                return _LOST
             ctx.metrics.inc("rejected.request_failed")
             return None
         data = _parse(result.choices[0].message.content)

@@ -31,17 +31,26 @@ verified trajectories:
    ``buy_tickets_adv(cityA, cityB)``;
 5) hard query: the ``query_writer`` role writes the request at the advanced-tool level — it
    must carry every user value and name no function, so the intermediate calls stay
-   implicit;
+   implicit (a refused request: ``dropped.query_request_failed``; no usable phrasing:
+   ``dropped.no_valid_query``);
 6) verifiable reasoning: the ``reasoner`` role solves the task with the domain's tools; the
    attempt is checked against the gold trace by the layered verifier (format, execution,
    final state, calls). On a mismatch the ``verifier`` role compares the attempt with the
    gold trace and writes a corrective hint; any gold argument value in the hint is redacted
-   before the next attempt sees it (hints never reveal the answer). At most
-   ``max_attempts`` (K_max = 3) attempts; a task still failing is discarded;
+   before the next attempt sees it (hints never reveal the answer). A refused request
+   (``hints.request_failed``) gives a generic hint, an answer that is not the asked JSON
+   (``hints.unparsed``) its text. At most ``max_attempts`` (K_max = 3) attempts; a task
+   still failing is discarded;
 7) rows: the successful attempt, recorded without the hints (the request as the user wrote
    it), with the hard task's ground truth (``extra``: the advanced tool, the target, the
    trace), ``method`` ``hardgen``, ``parent_ids`` the probe tasks whose failures marked the
    target, and ``extra["hardgen"]`` (attempts, the hints given, the failure rates).
+
+Endpoint failures are not the model's: a probe, a query, a reasoner's attempt or a hint whose
+request failed for good because of the endpoint (retries exhausted, 429s, circuit open) loses
+what it was for — the probe's evidence, the hard task — counted as lost to the endpoint
+(``infra.lost`` of ``infra.units``), never replaced by a fallback (no generic hint, no
+phrasing counted as unusable).
 
 Deviations: HardGen's Tool Maker (turning real APIs into executable tools) is not needed —
 the domains' tools execute; values are grounded in the environment instead of written by
@@ -634,9 +643,9 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
             )
         ctx.metrics.inc("traces", len(made))
         # 5) hard queries, at the advanced-tool level
+        ctx.metrics.inc("infra.units", len(made))
         await asyncio.gather(*(self._query(ctx, h, graphs[h.domain]) for h in made))
         kept = [h for h in made if h.query]
-        ctx.metrics.inc("dropped.no_valid_query", len(made) - len(kept))
         return kept
 
     async def _query(self, ctx: Context, h: _Hard, graph: SignatureGraph) -> None:
@@ -661,11 +670,17 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
             },
         )
         if not result.ok:
+            if result.infra:  # the endpoint's failure, not the writer's: the task is lost
+                ctx.lost_to_infra(InfraError(result.error or "?"), unit="hard tasks")
+            else:
+                ctx.metrics.inc("dropped.query_request_failed")
             return
         names = [t.name for t in graph.toolset.tools] + [h.adv["name"]]
         h.query = first_usable_query(
             result.choices[0].message.content, names, h.adv_args, ctx.metrics
         )
+        if not h.query:
+            ctx.metrics.inc("dropped.no_valid_query")
 
     # -- 6-7) solve with hints, verify, row ----------------------------------------------------
     async def _solve(
@@ -727,7 +742,11 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
                 ctx.metrics.inc(f"attempts.{attempt + 1}")
                 return self._row(ctx, task, result, verdict, h, hints, attempt + 1, stats, failing)
             if attempt + 1 < cfg.max_attempts:
-                hints.append(await self._hint(ctx, gt, result, values, row_id, attempt))
+                try:
+                    hints.append(await self._hint(ctx, gt, result, values, row_id, attempt))
+                except InfraError as exc:  # no hint: the task is lost, not hinted generically
+                    ctx.lost_to_infra(exc, unit="tasks")
+                    return None
         ctx.metrics.inc("discarded")
         return None
 
@@ -769,13 +788,17 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
                 "attempt": attempt,
             },
         )
+        reply.raise_for_infra()  # the endpoint's failure: no hint at all (module docstring)
         hint = GENERIC_HINT
-        if reply.ok:
+        if not reply.ok:
+            ctx.metrics.inc("hints.request_failed")
+        else:
             text = reply.choices[0].message.content or ""
             try:
                 data = json.loads(text[text.find("{") : text.rfind("}") + 1])
                 hint = str(data.get("hint") or "").strip() or GENERIC_HINT
-            except ValueError:
+            except (ValueError, AttributeError):
+                ctx.metrics.inc("hints.unparsed")
                 hint = text.strip() or GENERIC_HINT
         hint, leaked = redact_hint(hint, values)
         if leaked:

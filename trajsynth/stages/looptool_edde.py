@@ -17,8 +17,12 @@ response, the judge's error analysis; ``extra["gcp"]``: the conversation before 
 4) each generation is validated: ``INPUT``/``OUTPUT`` parsed from the raw text, ``OUTPUT``
    holds ``<tool_call>`` blocks that parse, every call names a tool of the *same toolset* and
    its arguments validate against the schema, and the calls **execute** in a fresh
-   environment of the seed's domain and state without an error; a rejected generation is
-   retried (a new request) up to ``max_tries`` (3) times, then the sample is given up;
+   environment of the seed's domain and state without an error; a rejected generation (or a
+   request the endpoint refused: ``request_failed``) is retried (a new request) up to
+   ``max_tries`` (3) times, then the sample is given up. A request lost to the endpoint
+   (retries exhausted, 429s, circuit open) is no generation: the sample is not retried with
+   another seed nor given up, it is dropped from every output and counted as lost to the
+   endpoint (``infra.lost`` of ``infra.units``, the samples asked);
 5) a kept sample becomes a task row (one tool turn: the request, the calls as gold, the
    trajectory rebuilt by executing them) with provenance: ``method`` ``edde``,
    ``parent_ids`` the seed, ``extra["original_sample"]`` (the seed's id, task, request,
@@ -37,6 +41,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from ..core.batch import to_records
+from ..core.errors import InfraError
 from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
@@ -211,6 +216,7 @@ class EDDE(GlobalStage[EDDEConfig]):
                 seed=ctx.row_seed(row.id, "edde", k, attempt),
                 metadata={**meta, "attempt": attempt},
             )
+            result.raise_for_infra()  # the endpoint's failure: the sample is lost (step 4)
             if not result.ok:
                 reasons.append("request_failed")
                 continue
@@ -252,6 +258,14 @@ class EDDE(GlobalStage[EDDEConfig]):
             return kept, reasons, variation
         return None, reasons, variation
 
+    async def _sample_or_lost(
+        self, row: Trajectory, gt: GroundTruth, jglv: dict[str, Any], k: int, ctx: Context
+    ) -> tuple[Trajectory | None, list[str], str] | InfraError:
+        try:
+            return await self._sample(row, gt, jglv, k, ctx)
+        except InfraError as exc:
+            return exc
+
     def _execute(
         self, row: Trajectory, gt: GroundTruth, request: str, calls: list[Any], ctx: Context
     ) -> Trajectory | None:
@@ -292,9 +306,14 @@ class EDDE(GlobalStage[EDDEConfig]):
                 continue
             ctx.metrics.inc("seeds")
             jobs.extend((row, gt, jglv, k) for k in range(cfg.samples))
-        results = ctx.gather([self._sample(*j, ctx) for j in jobs], limit=32)
+        ctx.metrics.inc("infra.units", len(jobs))
+        results = ctx.gather([self._sample_or_lost(*j, ctx) for j in jobs], limit=32)
         kept, rejected = [], []
-        for (row, _, _, k), (new, reasons, variation) in zip(jobs, results, strict=True):
+        for (row, _, _, k), res in zip(jobs, results, strict=True):
+            if isinstance(res, InfraError):  # the endpoint's failure: in no output
+                ctx.lost_to_infra(res, unit="samples")
+                continue
+            new, reasons, variation = res
             # 6) counts
             ctx.metrics.inc("generations", len(reasons) + (new is not None))
             for reason in reasons:

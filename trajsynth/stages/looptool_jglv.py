@@ -12,9 +12,13 @@ student's prediction and the conversation before it). Per sample:
    prompt: the tools, the conversation, Response 1 = the label, Response 2 = the prediction,
    answer ``[RESPONSE1_INCORRECT/RESPONSE2_INCORRECT/BOTH_CORRECT/BOTH_INCORRECT]`` then
    ``Error Analysis: …``; each vote is a separate request (its own seed);
-3) the verdict is read by substring as the released code does (an unreadable vote is
-   ``llm_judge_failed``); majority label with ``consensus = top count ≥ min_consensus``
-   (default 2);
+3) the verdict is read by substring as the released code does (an unreadable vote, or one
+   whose request the endpoint refused, is ``llm_judge_failed``: counted apart as
+   ``votes.unreadable`` and ``votes.request_failed``); majority label with
+   ``consensus = top count ≥ min_consensus`` (default 2). A vote lost to the endpoint
+   (retries exhausted, 429s, circuit open) is no vote: the sample is dropped from every
+   output and counted as lost to the endpoint (``infra.lost``), so an endpoint's trouble
+   never decides a consensus;
 4) status: RESPONSE1_INCORRECT → ``original_incorrect`` (the label is wrong),
    RESPONSE2_INCORRECT → ``model_incorrect``, ``both_correct``, ``both_incorrect``;
 5) routing: consensus ``original_incorrect`` → the label is replaced by the prediction (the
@@ -39,6 +43,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from ..core.batch import to_records
+from ..core.errors import InfraError
 from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GroundTruth
@@ -181,8 +186,25 @@ class JGLV(GlobalStage[JGLVConfig]):
                 seed=ctx.row_seed(row.id, "vote", v),
                 metadata={**meta, "sample": v},
             )
-            texts.append(result.choices[0].message.content or "" if result.ok else "")
+            ctx.metrics.inc("judge_calls")
+            result.raise_for_infra()  # no vote at all: the sample is lost (see step 3)
+            if not result.ok:
+                ctx.metrics.inc("votes.request_failed")
+                texts.append("")
+                continue
+            text = result.choices[0].message.content or ""
+            if parse_verdict(text)[0] not in VERDICTS:
+                ctx.metrics.inc("votes.unreadable")
+            texts.append(text)
         return texts
+
+    async def _judged(
+        self, row: Trajectory, info: dict[str, Any], ctx: Context
+    ) -> list[str] | InfraError:
+        try:
+            return await self._votes(row, info, ctx)
+        except InfraError as exc:
+            return exc
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         cfg = self.config
@@ -203,9 +225,11 @@ class JGLV(GlobalStage[JGLVConfig]):
                 continue
             to_judge.append((row, info))
         # 2) the votes
-        all_votes = ctx.gather([self._votes(r, i, ctx) for r, i in to_judge], limit=32)
-        ctx.metrics.inc("judge_calls", sum(len(v) for v in all_votes))
+        all_votes = ctx.gather([self._judged(r, i, ctx) for r, i in to_judge], limit=32)
         for (row, info), texts in zip(to_judge, all_votes, strict=True):
+            if isinstance(texts, InfraError):  # the endpoint's failure: in no output
+                ctx.lost_to_infra(texts, unit="samples")
+                continue
             # 3) majority with consensus
             parsed = [parse_verdict(t) for t in texts]
             counts = Counter(v for v, _ in parsed)
@@ -231,13 +255,19 @@ class JGLV(GlobalStage[JGLVConfig]):
                 ctx.metrics.inc("no_consensus")
                 out["dropped"].append(tagged)
                 continue
+            fixed = None
+            if status == "original_incorrect" and cfg.replace_labels:
+                try:
+                    fixed = replace_label(tagged, info["step"], pred, ctx)
+                except InfraError as exc:  # a simulated tool's endpoint failed: lost
+                    ctx.lost_to_infra(exc, unit="samples")
+                    continue
             ctx.metrics.inc(status)
             if status in ("model_incorrect", "original_incorrect"):
                 out["main"].append(tagged)
             else:
                 out["dropped"].append(tagged)
             if status == "original_incorrect" and cfg.replace_labels:
-                fixed = replace_label(tagged, info["step"], pred, ctx)
                 if fixed is None:
                     ctx.metrics.inc("corrected_invalid")
                     continue

@@ -211,8 +211,10 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         cfg = self.config
         domains = cfg.domains or ctx.envs.domains()
         made = 0
-        # the requests of one block are written while the next block is synthesized
-        with ThreadPoolExecutor(1, thread_name_prefix="magnet-queries") as pool:
+        # the requests of one block are written while the next block is synthesized; the two
+        # blocks in flight are written concurrently, so that a slow or hung request of one
+        # (it costs a request timeout) does not hold the other's back
+        with ThreadPoolExecutor(2, thread_name_prefix="magnet-queries") as pool:
             for domain in domains:
                 graph = self.graph(ctx, domain)
                 limit = cfg.max_candidates or 6 * cfg.tasks_per_domain

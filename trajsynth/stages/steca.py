@@ -45,7 +45,10 @@ task by task:
 5) reflection: the ``reflector`` role reads the history up to the deviated step and its
    observation and writes the thought that notices the mistake and leads to the expert's
    next action (STeCa's GPT-4o prompt); it becomes the reasoning of the first expert step
-   after the deviation;
+   after the deviation. No row without one: an empty reflection is
+   ``rejected.no_reflection``, a request the endpoint refused ``rejected.reflector_failed``,
+   and one lost to the endpoint (retries exhausted, 429s, circuit open) loses the task,
+   counted as lost to the endpoint like its rollouts;
 6) rows: ``step_rewards`` hold ``V(t−1)`` (on step t−1) and ``V_agent(t)`` (on step t),
    ``step_flags`` ``deviated`` on step t and ``calibrated`` on step t+1. ``extra["steca"]``
    has STeCa's record: ``prompt_len`` (messages through the deviated step's observation),
@@ -507,7 +510,11 @@ class Steca(GlobalStage[StecaConfig]):
                 "goal": a.goal,
             },
         )
-        text = (result.choices[0].message.content or "").strip() if result.ok else ""
+        result.raise_for_infra()  # the endpoint's failure: the task is lost (step 5)
+        if not result.ok:
+            ctx.metrics.inc("rejected.reflector_failed")
+            return None
+        text = (result.choices[0].message.content or "").strip()
         if not text:
             ctx.metrics.inc("rejected.no_reflection")
             return None

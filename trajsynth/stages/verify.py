@@ -24,7 +24,13 @@ and costlier checks only see rows that passed the earlier ones):
    multiset; ``contains``: every gold call matched by a distinct call (extra reads allowed);
 5) **semantic judge** (optional, ``judge: true``): the ``judge`` LLM role answers APIGen's
    semantic-checker prompt with ``{"thought", "passes": "yes"|"no"}`` → the ``judge``
-   column.
+   column. A reply with no readable verdict (``judge_unreadable``) or a request the endpoint
+   refused (``judge_failed``) skips the layer, with the reason in ``extra["verify"]``.
+
+Endpoint failures are not verdicts: when the judge's request, or a simulated tool's answer
+during a replay (the ``tool`` role), failed for good because of the endpoint (retries
+exhausted, 429s, circuit open), the row is dropped and counted as lost to the endpoint
+(``infra.lost``), never passed without its judge nor failed as a replay that raised.
 
 Which layers decide ``success``: format and execution always; with an environment, the final
 state and required outputs (any path that reaches the gold state passes, as in tau-bench),
@@ -47,7 +53,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, EndpointError
 from ..core.prompts import conversation_text
 from ..core.schema import Judge, ToolCall, Trajectory
 from ..core.task import GroundTruth
@@ -253,6 +259,8 @@ class Verify(RowStage[VerifyConfig]):
                             f"call {i} {call.name}: the recorded result differs from the "
                             f"replayed one ({replayed[:120]!r})"
                         )
+        except EndpointError:  # a simulated tool's endpoint failed: no replay at all
+            raise
         except Exception as exc:  # a tool that crashes is an execution failure of this row
             return False, f"replay raised {type(exc).__name__}: {exc}"
         return True, ""
@@ -266,6 +274,8 @@ class Verify(RowStage[VerifyConfig]):
 
         try:
             res = final_state_match(row, gt, make_env, use_cached=cfg.use_cached_state)
+        except EndpointError:  # a simulated tool's endpoint failed: no replay at all
+            raise
         except Exception as exc:
             return False, f"final-state replay raised {type(exc).__name__}: {exc}"
         if res.ok:
@@ -332,11 +342,14 @@ class Verify(RowStage[VerifyConfig]):
             },
         )
         ctx.metrics.inc("judge_calls")
-        text = result.choices[0].message.content if getattr(result, "choices", None) else None
-        passes, thought = _parse_verdict(text)
+        result.raise_for_infra()  # the endpoint's failure: the row is lost, not unjudged
+        if not result.ok:
+            out.skipped["judge"] = f"judge gave no verdict: {result.error}"
+            ctx.metrics.inc("judge_failed")
+            return
+        passes, thought = _parse_verdict(result.choices[0].message.content)
         if passes is None:
-            why = getattr(result, "error", None) or "no readable verdict"
-            out.skipped["judge"] = f"judge gave no verdict: {why}"
+            out.skipped["judge"] = "judge gave no verdict: no readable verdict"
             ctx.metrics.inc("judge_unreadable")
             return
         out.judge = Judge(

@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ...core.errors import EndpointError
 from ...core.schema import Message, ToolCall, Trajectory
 from ...core.task import GoldCall, GroundTruth
 from ...envs.verifiers.schema import normalize_call
@@ -107,7 +108,8 @@ def locate_step(gt: GroundTruth, index: int) -> tuple[int, int] | None:
 def run_gold(row: Trajectory, gt: GroundTruth, ctx: Context) -> Trajectory | None:
     """The trajectory that executes ``gt``'s gold calls in the row's domain and state (the
     row's system prompt kept), or None when a call fails (JGLV's relabelled and EDDE's new
-    samples must execute before they are kept)."""
+    samples must execute before they are kept). An endpoint error of a simulated tool (the
+    ``tool`` role) is raised, not taken for a failing call."""
     task = row.derive(ground_truth=gt.model_dump(mode="json"), messages=[])
     env = make_env(ctx, task, gt)
     try:
@@ -125,6 +127,8 @@ def run_gold(row: Trajectory, gt: GroundTruth, ctx: Context) -> Trajectory | Non
                 if obs.errors:
                     return None
         traj = gold_trajectory(task, lambda r: make_env(ctx, r, gt))
+    except EndpointError:  # a simulated tool's endpoint failed: not the calls' fault
+        raise
     except Exception:  # a call the environment cannot run at all
         return None
     finally:

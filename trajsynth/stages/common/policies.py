@@ -13,7 +13,11 @@ simulator reads (its contracts are in :mod:`trajsynth.llm.sim.contracts`):
 - :class:`LLMUser` (user, user_simulator roles): plays the user of the conversation, given an
   outline of needs (director-actor) and a persona; metadata ``{"role", "ground_truth",
   "persona"}``; the stop token ends the episode;
-- :func:`edge_judge`: Magnet's LLM check of a graph edge (judge role, mode ``edge``).
+- :func:`edge_judge`: Magnet's LLM check of a graph edge (judge role, mode ``edge``). A
+  refused request (``edge_judge.request_failed``) or an unreadable answer
+  (``edge_judge.unreadable``) keeps the edge (the types already agree); checks lost to the
+  endpoint are counted (``infra.lost`` of ``infra.units``, the checks asked) and then raise
+  :class:`~trajsynth.core.errors.InfraError`: a graph is never built from edges nobody judged;
 
 A request that fails for good (``ChatResult.error``) raises :class:`PolicyError`, which the
 stage records on the row as a rejection at the ``generation`` layer — unless the endpoint, not
@@ -28,6 +32,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ...core.errors import InfraError
 from ...core.schema import Message
 from ...core.task import GoldCall, GroundTruth
 from ...envs.episode import PolicyStep, UserEvent, turn_starts
@@ -242,10 +247,13 @@ source tool can provide a value for an INPUT of the target tool in a realistic w
 
 def edge_judge(ctx: Context, role: str = "judge", *, seed: int = 0) -> Any:
     """Magnet's LLM edge check as a :data:`~trajsynth.graph.signature.EdgeJudge`: one judge
-    request per function pair; an unreadable answer keeps the edge (the types already agree)."""
+    request per function pair; an unreadable answer keeps the edge (the types already agree);
+    checks lost to the endpoint raise :class:`~trajsynth.core.errors.InfraError` once all
+    are asked (see the module docstring)."""
 
     def ask(questions: Sequence[EdgeQuestion]) -> list[bool]:
         client = ctx.llm(role)
+        lost: list[str] = []
 
         async def one(q: EdgeQuestion) -> bool:
             src = {"name": q.source.name, "description": q.source.description,
@@ -271,15 +279,29 @@ def edge_judge(ctx: Context, role: str = "judge", *, seed: int = 0) -> Any:
                     "target_tool": q.target.to_openai()["function"],
                 },
             )
+            if result.infra:  # no verdict: the edge is not kept as if the judge had said yes
+                lost.append(result.error or "the endpoint failed")
+                return True
             if not result.ok:
+                ctx.metrics.inc("edge_judge.request_failed")
                 return True
             text = result.choices[0].message.content or ""
             try:
                 verdict = json.loads(text[text.find("{") : text.rfind("}") + 1])
                 return str(verdict.get("related", "yes")).strip().lower() != "no"
             except (ValueError, AttributeError):
+                ctx.metrics.inc("edge_judge.unreadable")
                 return "no" not in text.lower()[:10]
 
-        return ctx.gather((one(q) for q in questions), limit=64)
+        verdicts = ctx.gather((one(q) for q in questions), limit=64)
+        ctx.metrics.inc("infra.units", len(questions))
+        if lost:
+            error = InfraError(
+                f"{len(lost)} of {len(questions)} edge checks (role {role}) got no answer "
+                f"from the endpoint, so the graph cannot be built; last error: {lost[-1]}"
+            )
+            ctx.lost_to_infra(error, len(lost), unit="edge checks")
+            raise error
+        return verdicts
 
     return ask
