@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from runkit import kill_trials
 
 
+@pytest.mark.slow
 def test_kill_and_resume_is_identical(tmp_path: Path) -> None:
     report = kill_trials(tmp_path, 2, seed=1)
     assert report["ok"] == 2, report["results"]

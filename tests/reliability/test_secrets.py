@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from runkit import secret_trials
 
 from trajsynth.llm.server import spawn_server
 
 
+@pytest.mark.slow
 def test_api_keys_never_leak(tmp_path: Path) -> None:
     with spawn_server("--backend", "sim") as server:
         report = secret_trials(

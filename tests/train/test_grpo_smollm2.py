@@ -103,6 +103,7 @@ def check_serveable(folder: Path) -> None:
     assert not any("lora" in name for name, _ in model.named_parameters())
 
 
+@pytest.mark.slow
 def test_grpo_raises_the_exact_match_reward_of_smollm2_and_saves_a_serveable_model(
     warm_sft: Path, tasks, make_env, tmp_path
 ):
