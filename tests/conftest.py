@@ -16,10 +16,11 @@ os.environ.setdefault("COLUMNS", "200")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs the suite in two worker processes (pytest-xdist) on a machine of about
-    # two cores. Math threads that wait for work sleep instead of spinning (here and in the
-    # subprocesses the tests start): spinning, the two workers' thread pools would take the
-    # cores from each other and a torch test would run several times slower than alone.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # two cores: one math thread each (here and in the subprocesses the tests start), or the
+    # two workers' thread pools spin against each other and a torch test runs several times
+    # slower than alone.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 
 
 def _external_dir() -> Path:
@@ -130,19 +131,9 @@ SERIAL = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the modules with slow tests first; mark the tests of :data:`SERIAL` ``serial``;
-    and under pytest-xdist (``--dist loadgroup``) run the tests that use the converted SmolLM2
-    on one worker, so the session converts it once, not once per worker."""
-    # the modules with a slow test first, training's (the longest) before the others, each
-    # module whole (its fixtures are built once): under pytest-xdist the long tests then start
-    # early instead of ending the run on one worker
-    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
-
-    def order(item: pytest.Item) -> tuple[bool, bool]:
-        module = item.nodeid.split("::")[0]
-        return module not in slow, not module.startswith("tests/train/")
-
-    items.sort(key=order)
+    """Mark the tests of :data:`SERIAL` ``serial``; and under pytest-xdist (``--dist
+    loadgroup``) run the tests that use the converted SmolLM2 on one worker, so the session
+    converts it once, not once per worker."""
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
