@@ -34,6 +34,8 @@ from trajsynth.llm.scripted import scripted_client, use_scripted
 from trajsynth.llm.sim import SimBackend
 from trajsynth.stages import Context, ContextSpec, Emit, build_stage
 
+from ..envs.test_simulated import _fn
+
 FACTORY = EnvFactory()
 
 
@@ -250,18 +252,6 @@ def test_magnet_edge_judge() -> None:
 
 
 # -- the tool role -------------------------------------------------------------------------------
-
-
-def _fn(name: str, params: dict, required: list[str], response: dict | None = None) -> dict:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": name.replace("_", " "),
-            "parameters": {"type": "object", "properties": params, "required": required},
-            **({"response": response} if response else {}),
-        },
-    }
 
 
 NOTE = {"type": "object", "properties": {"note_id": {"type": "string"},
