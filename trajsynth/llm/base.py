@@ -157,6 +157,12 @@ class ChatResult(BaseModel):
         default_factory=list, description="Fanned-out sub-requests that failed (n > 1)."
     )
     attempts: int = Field(default=0, description="HTTP requests sent for this call.")
+    timeouts: int = Field(
+        default=0,
+        description="Attempts of this call cut by the client's timeout. Such a request may "
+        "never have reached the server (a client event loop lagging behind the timeout cuts "
+        "a request before it is written), so a server can count fewer than `attempts`.",
+    )
     cache_key: str | None = None
 
     @property
@@ -235,6 +241,7 @@ class BackendReply(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     model: str = ""
     attempts: int = 0
+    timeouts: int = 0
     partial_errors: list[str] = Field(default_factory=list)
 
 

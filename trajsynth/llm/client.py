@@ -21,8 +21,9 @@ What ``chat`` does, in order:
    with the shared parser (``parsing.py``) into an assistant ``Message`` plus format errors,
    store the raw reply in the cache, price the usage;
 5. count, per role: ``llm.<role>.requests``, ``cache_hits``, ``http_requests``, ``errors``,
-   ``infra_errors`` (of the errors, the endpoint's), ``format_errors``, ``prompt_tokens``,
-   ``completion_tokens``, ``cost_usd``.
+   ``infra_errors`` (of the errors, the endpoint's), ``timeouts`` (attempts cut by the
+   timeout; such a request may never have reached the server), ``format_errors``,
+   ``prompt_tokens``, ``completion_tokens``, ``cost_usd``.
 
 Role settings come from the pipeline's ``defaults.llm``; the entry ``"*"`` applies to every
 role, and a role that is not configured uses the simulator (the offline default).
@@ -212,18 +213,22 @@ class LLMClient:
             raise
         except EndpointError as exc:
             attempts = int(getattr(exc, "attempts", 0))
+            timeouts = int(getattr(exc, "timeouts", 0))
             result = ChatResult(
                 model=self.model,
                 backend=self.backend.name,
                 error=str(exc),
                 error_type=_error_type(exc),
                 attempts=attempts,
+                timeouts=timeouts,
                 cache_key=key,
             )
             count(prefix + "errors")
             if result.infra:
                 count(prefix + "infra_errors")
             count(prefix + "http_requests", attempts)
+            if timeouts:
+                count(prefix + "timeouts", timeouts)
             return result
 
         # 4) clean the text (lone surrogates, NUL), parse, cache, price
@@ -269,6 +274,7 @@ class LLMClient:
             error_type="endpoint" if error else None,
             partial_errors=reply.partial_errors,
             attempts=0 if cached else reply.attempts,
+            timeouts=0 if cached else reply.timeouts,
             cache_key=key,
         )
 
@@ -278,6 +284,8 @@ class LLMClient:
             count(prefix + "prompt_tokens", result.usage.prompt_tokens)
             count(prefix + "completion_tokens", result.usage.completion_tokens)
             count(prefix + "http_requests", result.attempts)
+            if result.timeouts:
+                count(prefix + "timeouts", result.timeouts)
             if result.cost_usd:
                 count(prefix + "cost_usd", result.cost_usd)
         if result.error:

@@ -125,9 +125,11 @@ def chat_body(config: RoleConfig, request: ChatRequest) -> dict[str, Any]:
     return body
 
 
-def _counted(exc: EndpointError, attempts: int) -> EndpointError:
-    """Attach the number of HTTP requests sent, so failed calls are counted too."""
+def _counted(exc: EndpointError, attempts: int, timeouts: int = 0) -> EndpointError:
+    """Attach the number of HTTP requests sent (and of those that timed out), so failed calls
+    are counted too."""
     exc.attempts = attempts  # type: ignore[attr-defined]
+    exc.timeouts = timeouts  # type: ignore[attr-defined]
     return exc
 
 
@@ -139,6 +141,7 @@ class _Retry(Exception):
         self.kind = kind  # rate_limited | transient | connect
         self.message = message
         self.wait = wait
+        self.timed_out = False
 
 
 class OpenAIBackend(Backend):
@@ -157,7 +160,9 @@ class OpenAIBackend(Backend):
         self._native_n = config.native_n
         self._ever_ok = False
         #: attempts by outcome, for tests and the bench (process-wide for this backend)
-        self.stats = {"sent": 0, "ok": 0, "rate_limited": 0, "transient": 0, "client_error": 0}
+        self.stats = dict.fromkeys(
+            ("sent", "ok", "rate_limited", "transient", "timed_out", "client_error"), 0
+        )
 
     # -- per-loop state --------------------------------------------------------------------
     def _limiter(self) -> AIMDLimiter:
@@ -245,7 +250,8 @@ class OpenAIBackend(Backend):
             *(self._with_retries(s) for s in subs), return_exceptions=True
         )
         choices = list(got.choices)
-        usage, attempts, partial = got.usage, got.attempts, list(got.partial_errors)
+        usage, partial = got.usage, list(got.partial_errors)
+        attempts, timeouts = got.attempts, got.timeouts
         infra = True
         for res in results:
             if isinstance(res, FatalEndpointError):
@@ -256,18 +262,23 @@ class OpenAIBackend(Backend):
                 partial.append(str(res))
                 infra = infra and isinstance(res, InfraError)
                 attempts += int(getattr(res, "attempts", 0))
+                timeouts += int(getattr(res, "timeouts", 0))
                 continue
             choices.extend(res.choices[:1])
             usage = usage + res.usage
             attempts += res.attempts
+            timeouts += res.timeouts
         if not choices:
             error = InfraError if partial and infra else EndpointError
-            raise _counted(error(partial[0] if partial else "no choices returned"), attempts)
+            raise _counted(
+                error(partial[0] if partial else "no choices returned"), attempts, timeouts
+            )
         return BackendReply(
             choices=choices,
             usage=usage,
             model=got.model or self.model,
             attempts=attempts,
+            timeouts=timeouts,
             partial_errors=partial,
         )
 
@@ -275,13 +286,13 @@ class OpenAIBackend(Backend):
         cfg = self.config
         limiter = self._limiter()
         breaker = self._breaker()
-        transient = rate_limited = attempts = 0
+        transient = rate_limited = attempts = timeouts = 0
         role = self.role
         while True:
             try:
                 probe = await breaker.before()  # waits out a pause; raises when failing fast
             except CircuitOpen as exc:
-                raise _counted(exc, attempts) from None
+                raise _counted(exc, attempts, timeouts) from None
             sent_at = await limiter.acquire(role)
             attempts += 1
             try:
@@ -299,10 +310,12 @@ class OpenAIBackend(Backend):
                                 f"attempts: {retry.message}"
                             ),
                             attempts,
+                            timeouts,
                         ) from None
                     await asyncio.sleep(retry.wait or cfg.backoff_base_s)
                     continue
                 transient += 1
+                timeouts += retry.timed_out
                 breaker.on_failure(retry.message, probe=probe)
                 if transient > cfg.max_retries:
                     if retry.kind == "connect" and not self._ever_ok:
@@ -315,6 +328,7 @@ class OpenAIBackend(Backend):
                             f"{self._where()}: failed after {attempts} attempts: {retry.message}"
                         ),
                         attempts,
+                        timeouts,
                     ) from None
                 cap = min(cfg.backoff_max_s, cfg.backoff_base_s * (2 ** (transient - 1)))
                 await asyncio.sleep(random.uniform(0.0, cap))
@@ -322,7 +336,7 @@ class OpenAIBackend(Backend):
             except EndpointError as exc:
                 limiter.release(role)
                 breaker.on_answer()  # a 4xx is an answer (the request was refused)
-                raise _counted(exc, attempts) from None
+                raise _counted(exc, attempts, timeouts) from None
             except BaseException:
                 limiter.release(role)
                 breaker.on_abandon(probe=probe)
@@ -332,6 +346,7 @@ class OpenAIBackend(Backend):
             breaker.on_answer()
             self._ever_ok = True
             reply.attempts = attempts
+            reply.timeouts = timeouts
             return reply
 
     def _where(self) -> str:
@@ -390,7 +405,10 @@ class OpenAIBackend(Backend):
             if _is_connect_failure(exc):
                 raise _Retry("connect", f"cannot connect: {type(root).__name__}: {root}") from None
             if isinstance(exc, openai.APITimeoutError):
-                raise _Retry("transient", f"timed out after {self.config.timeout_s:g}s") from None
+                self.stats["timed_out"] += 1
+                retry = _Retry("transient", f"timed out after {self.config.timeout_s:g}s")
+                retry.timed_out = True
+                raise retry from None
             raise _Retry("transient", f"connection error: {type(root).__name__}: {root}") from None
         except (openai.APIResponseValidationError, ValueError) as exc:
             self.stats["transient"] += 1

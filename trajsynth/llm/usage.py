@@ -28,6 +28,7 @@ USAGE_COUNTERS = (
     "cache_hits",
     "http_requests",
     "errors",
+    "timeouts",
     "format_errors",
     "prompt_tokens",
     "completion_tokens",
