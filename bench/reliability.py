@@ -17,10 +17,11 @@ Measures (last line, one JSON object):
   answers ``--fault-rate`` (20%) of requests with a fault (429 with and without
   ``retry-after``, 500, a hang, a truncated body), divided by the mean of the same run
   without faults measured just before and just after it (on a shared machine the load
-  drifts; one clean run alone made the ratio swing from 1.2 to 6). A hang costs one request
-  timeout (``--timeout-s``, 5 s) however long the endpoint would hang, so on a small workload
-  a few hangs on the critical path dominate the ratio: the table shows the hangs and that
-  bound;
+  drifts; one clean run alone made the ratio swing from 1.2 to 6). A hang costs about the
+  hedging delay (a duplicate is sent after the role's p95 latency; ``llm.openai_backend``),
+  and a request timeout (``--timeout-s``, 5 s) only when every copy hangs; on a small
+  workload a few hangs on the critical path still dominate the ratio. The table shows the
+  hangs, the hedged requests and the timeouts;
 - ``accepted_vs_clean``: accepted rollouts with faults ÷ without;
 - ``infra_as_model_failures``: rejected rollouts of the faulty run whose reason is an endpoint
   failure (5xx, 429, timeout, unreadable body, retries exhausted, circuit open), i.e. endpoint
@@ -151,7 +152,11 @@ def llm_run(base_url: str, out: Path, tasks: int, n: int, timeout_s: float) -> d
         reasons = pq.read_table(failed_dir, columns=["failure_reason"]).column("failure_reason")
         infra = sum(1 for r in reasons.to_pylist() if r and _ENDPOINT_FAILURE.search(r))
     counters = manifest["stages"]["rollouts"]["metrics"].get("counters", {})
+    every = [st.get("metrics", {}).get("counters", {}) for st in manifest["stages"].values()]
     return {
+        # attempts cut by the timeout, and hedged duplicates, over every stage and role
+        "timeouts": sum(v for c in every for k, v in c.items() if k.endswith(".timeouts")),
+        "hedges": sum(v for c in every for k, v in c.items() if k.endswith(".hedges")),
         "seconds": seconds,
         "accepted": count_rows(out / "rollouts"),
         "failed": count_rows(failed_dir) if failed_dir.is_dir() else 0,
@@ -281,6 +286,9 @@ def main() -> None:
     hangs = injected.get("hang", 0)
     rows.append(("hangs × timeout (upper bound)", f"{hangs} × {args.timeout_s:g} s = "
                  f"{hangs * args.timeout_s:.0f} s"))  # fmt: skip
+    hedged = f"{faulty['hedges']} / {faulty['timeouts']}"
+    rows.append(("hedged requests / timeouts", f"{hedged} (a hang whose duplicate answered "
+                 "costs the hedging delay, not a timeout)"))  # fmt: skip
     bad = [r for r in kills["results"] if not (r["identical"] and not r["orphans"]
                                                and not r["leftovers"])]  # fmt: skip
     rows.append(("kill -9 + resume identical", f"{kills['ok']} of {kills['trials']} "

@@ -315,9 +315,11 @@ def test_500_requests_under_20_percent_faults_finish_with_every_row_accounted(
     sent = sum(r.extra["attempts"] for r in answered + errored)
     timeouts = counters.get("llm.teacher.timeouts", 0)
     m = _settled_metrics(server, sent)
+    hedges = counters.get("llm.teacher.hedges", 0)
     assert counters["llm.teacher.http_requests"] == sent
-    assert sent - timeouts <= m["chat_requests"] <= sent
-    assert timeouts >= m["fault_timeout"] > 0  # every hang the server made timed out a client
+    assert sent - timeouts - hedges <= m["chat_requests"] <= sent
+    # every hang the server made cost a client a timeout, or was hedged
+    assert timeouts + hedges >= m["fault_timeout"] > 0
     # on the server every request it read was answered or failed on purpose...
     faults = sum(m[f"fault_{k}"] for k in ("429", "500", "timeout", "garbage"))
     assert faults == m["chat_requests"] - m["ok"]
@@ -342,8 +344,44 @@ def test_500_requests_under_20_percent_faults_finish_with_every_row_accounted(
     assert counters["llm.teacher.cache_hits"] == len(answered)
     resent = counters["llm.teacher.http_requests"]
     seen = _settled_metrics(server, before + resent)["chat_requests"] - before
-    assert resent - counters.get("llm.teacher.timeouts", 0) <= seen <= resent
+    cut = counters.get("llm.teacher.timeouts", 0) + counters.get("llm.teacher.hedges", 0)
+    assert resent - cut <= seen <= resent
     assert resent >= len(errored)
+
+
+def test_a_hung_request_is_hedged_instead_of_waiting_out_the_timeout(
+    serve: Any, tmp_path: Path
+) -> None:
+    """Every tenth request hangs. Without hedging each hang is cut by the timeout; with it,
+    a duplicate sent after 0.3 s answers, and only a duplicate that hangs too times out."""
+    server = serve(
+        "--latency-ms", "5", "--fault-rate", "0.1", "--fault-mix", "timeout",
+        "--hang-s", "30", "--seed", "5",
+    )  # fmt: skip
+    common = {"max_retries": 2, "timeout_s": 3.0, "backoff_base_s": 0.01}
+
+    def ask(out: Path, **llm: Any) -> tuple[dict[str, int], dict[str, Any]]:
+        before = server.metrics()
+        result = run_pipeline(_pipeline(server.base_url, out, 80, **common, **llm), out=out)
+        answered, errored = _outcomes(out)
+        assert len(answered) == 80 and not errored
+        after = server.metrics()
+        return result.manifest.stages["ask"].metrics["counters"], {
+            k: after[k] - before[k] for k in ("chat_requests", "fault_timeout")
+        }
+
+    plain, seen = ask(tmp_path / "plain", hedge_budget=0)
+    assert seen["fault_timeout"] > 0 and "llm.teacher.hedges" not in plain
+    assert plain["llm.teacher.timeouts"] == seen["fault_timeout"]  # each hang cost a timeout
+
+    hedged, seen = ask(tmp_path / "hedged", hedge_budget=0.5, hedge_after_s=0.3)
+    hedges, timeouts = hedged["llm.teacher.hedges"], hedged.get("llm.teacher.timeouts", 0)
+    assert seen["fault_timeout"] > 0 and hedges >= 1
+    assert hedges <= 0.5 * hedged["llm.teacher.http_requests"]  # the budget holds
+    # a hang times out only when its duplicate hung too (1 in 10), not once per hang
+    assert timeouts < seen["fault_timeout"] and timeouts <= hedges // 2
+    sent = hedged["llm.teacher.http_requests"]
+    assert sent - timeouts - hedges <= seen["chat_requests"] <= sent
 
 
 def test_warm_cache_rerun_sends_zero_requests(serve: Any, tmp_path: Path) -> None:
@@ -368,3 +406,28 @@ def test_warm_cache_rerun_sends_zero_requests(serve: Any, tmp_path: Path) -> Non
     assert rows == sorted(
         (r.id, r.messages[-1].model_dump_json()) for r in read_records(out / "ask")
     )
+
+
+def test_the_hedging_delay_follows_recent_latencies_and_the_budget_caps_duplicates() -> None:
+    from trajsynth.llm.base import RoleConfig
+    from trajsynth.llm.openai_backend import _Hedger
+
+    hedger = _Hedger(RoleConfig(backend="openai", model="m", timeout_s=10.0, hedge_min_s=0.5))
+    for _ in range(9):
+        hedger.record(0.8)
+    assert hedger.delay() is None  # too few answers to know what slow is
+    hedger.record(0.8)
+    assert hedger.delay() == pytest.approx(0.8)  # the p95
+    for i in range(200):
+        hedger.record(1.0 + i / 100)  # 1.00 .. 2.99 s
+    assert hedger.delay() == pytest.approx(2.89, abs=0.011)
+    for _ in range(200):
+        hedger.record(8.0)
+    assert hedger.delay() == 5.0  # never more than half the timeout
+    fast = _Hedger(RoleConfig(backend="openai", model="m", hedge_min_s=0.5))
+    for _ in range(40):
+        fast.record(0.01)
+    assert fast.delay() == 0.5  # never below hedge_min_s
+    fast.sent = 100  # the default budget: 10 duplicates per 100 requests
+    assert sum(fast.take() for _ in range(30)) == 10
+    assert not _Hedger(RoleConfig(backend="openai", model="m", hedge_budget=0)).enabled

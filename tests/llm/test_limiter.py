@@ -34,7 +34,7 @@ def test_slots_are_bounded_and_waiting_is_not_failing() -> None:
 def test_429_storm_halves_once_per_window_pauses_and_grows_back() -> None:
     async def main() -> dict[str, float]:
         lim = AIMDLimiter(16, floor=2)
-        sent = [await lim.acquire() for _ in range(8)]
+        sent = [await lim.acquire() for _ in range(16)]
         for _ in sent:
             lim.release()
         # a burst of 429s for requests sent before the first decrease halves only once
@@ -89,7 +89,7 @@ def test_stray_429s_neither_shrink_nor_pause_the_role() -> None:
 def test_a_429_slows_the_role_that_got_it_not_the_others() -> None:
     async def main() -> dict[str, float]:
         lim = AIMDLimiter(8)
-        for _ in range(10):  # the judge is being rate limited
+        for _ in range(15):  # the judge is being rate limited
             s = await lim.acquire("judge")
             lim.release("judge")
             lim.on_rate_limited(0.5, s, "judge")

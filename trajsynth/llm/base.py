@@ -163,6 +163,11 @@ class ChatResult(BaseModel):
         "never have reached the server (a client event loop lagging behind the timeout cuts "
         "a request before it is written), so a server can count fewer than `attempts`.",
     )
+    hedges: int = Field(
+        default=0,
+        description="Of `attempts`, duplicates sent for a slow request (hedged requests); "
+        "the slower of each pair is cancelled, possibly before the server read it.",
+    )
     cache_key: str | None = None
 
     @property
@@ -242,6 +247,7 @@ class BackendReply(BaseModel):
     model: str = ""
     attempts: int = 0
     timeouts: int = 0
+    hedges: int = 0
     partial_errors: list[str] = Field(default_factory=list)
 
 
@@ -387,6 +393,26 @@ class RoleConfig(StrictModel):
         600.0, gt=0, description="Per-HTTP-request timeout (waiting for a slot never counts)."
     )
     connect_timeout_s: float = Field(10.0, gt=0, description="TCP connect timeout.")
+    hedge_budget: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Hedged requests: a request unanswered after the hedging delay is sent "
+        "once more (twice at most), the first copy to finish wins, so a hung request costs "
+        "about that delay instead of `timeout_s`. At most this fraction of requests are "
+        "duplicates (0: off). Unseeded, the faster of two samples can favour shorter "
+        "completions: set 0 where that matters.",
+    )
+    hedge_after_s: float | None = Field(
+        None,
+        gt=0,
+        description="Hedged requests: the delay; null: the p95 latency of the role's last "
+        "200 answered requests, at least `hedge_min_s` (none until 10 have been answered). "
+        "Never more than half of `timeout_s`.",
+    )
+    hedge_min_s: float = Field(
+        0.5, gt=0, description="Hedged requests: the shortest automatic delay."
+    )
     http_client: Literal["auto", "aiohttp", "httpx"] = Field(
         "auto",
         description="The SDK's HTTP transport: aiohttp when installed (auto), or httpx.",

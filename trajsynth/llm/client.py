@@ -22,7 +22,8 @@ What ``chat`` does, in order:
    store the raw reply in the cache, price the usage;
 5. count, per role: ``llm.<role>.requests``, ``cache_hits``, ``http_requests``, ``errors``,
    ``infra_errors`` (of the errors, the endpoint's), ``timeouts`` (attempts cut by the
-   timeout; such a request may never have reached the server), ``format_errors``,
+   timeout; such a request may never have reached the server), ``hedges`` (duplicates of
+   slow requests, see ``openai_backend``), ``format_errors``,
    ``prompt_tokens``, ``completion_tokens``, ``cost_usd``.
 
 Role settings come from the pipeline's ``defaults.llm``; the entry ``"*"`` applies to every
@@ -214,6 +215,7 @@ class LLMClient:
         except EndpointError as exc:
             attempts = int(getattr(exc, "attempts", 0))
             timeouts = int(getattr(exc, "timeouts", 0))
+            hedges = int(getattr(exc, "hedges", 0))
             result = ChatResult(
                 model=self.model,
                 backend=self.backend.name,
@@ -221,6 +223,7 @@ class LLMClient:
                 error_type=_error_type(exc),
                 attempts=attempts,
                 timeouts=timeouts,
+                hedges=hedges,
                 cache_key=key,
             )
             count(prefix + "errors")
@@ -229,6 +232,8 @@ class LLMClient:
             count(prefix + "http_requests", attempts)
             if timeouts:
                 count(prefix + "timeouts", timeouts)
+            if hedges:
+                count(prefix + "hedges", hedges)
             return result
 
         # 4) clean the text (lone surrogates, NUL), parse, cache, price
@@ -275,6 +280,7 @@ class LLMClient:
             partial_errors=reply.partial_errors,
             attempts=0 if cached else reply.attempts,
             timeouts=0 if cached else reply.timeouts,
+            hedges=0 if cached else reply.hedges,
             cache_key=key,
         )
 
@@ -286,6 +292,8 @@ class LLMClient:
             count(prefix + "http_requests", result.attempts)
             if result.timeouts:
                 count(prefix + "timeouts", result.timeouts)
+            if result.hedges:
+                count(prefix + "hedges", result.hedges)
             if result.cost_usd:
                 count(prefix + "cost_usd", result.cost_usd)
         if result.error:

@@ -12,7 +12,9 @@ limiter would, and not the endpoint's other roles.
    slot is never a failure and never counts against a timeout: a queued request simply waits
    (a known peer bug dropped rows exactly by timing out queued requests).
 3. Every answer updates the role's rate-limited share, a moving average over about the last
-   ``1 / smoothing`` answers (429 = 1, success = 0). A 429 makes its own request wait
+   ``1 / smoothing`` answers (429 = 1, success = 0; 0.02, about 50: over about 20, one
+   request in ten answered 429 at random crossed the threshold often enough to halve a
+   role's limit three times in a short run). A 429 makes its own request wait
    ``retry-after`` (the caller does that) and, only when the share is above ``threshold``
    (the endpoint really is limiting this role, not answering one request in twenty with a
    stray 429), halves the role's limit (``decrease``) and pauses the role's new sends for
@@ -79,7 +81,7 @@ class AIMDLimiter:
         floor: int = 1,
         decrease: float = 0.5,
         threshold: float = 0.2,
-        smoothing: float = 0.05,
+        smoothing: float = 0.02,
     ) -> None:
         self.ceiling = max(1, ceiling)
         self.floor = max(1, min(floor, self.ceiling))

@@ -24,7 +24,16 @@ For each request:
    - every attempt first passes the role's circuit breaker (``limiter.CircuitBreaker``:
      ``circuit_failures`` consecutive failed attempts pause the role ``circuit_pause_s``, then
      one probe; still failing, attempts fail fast with :class:`CircuitOpen`);
-3. ``n > 1``: ask the server for ``n`` choices in one request; when it returns fewer
+3. hedge a slow attempt (``hedge_budget``, ``hedge_after_s``): an attempt still unanswered
+   after the p95 of the role's recent answered latencies (at least ``hedge_min_s``, at most
+   half of ``timeout_s``) is sent once more, and once more again if both copies stay
+   unanswered as long (three copies at most); the first copy to finish decides and the
+   others are cancelled. A hung request then costs about that delay instead of
+   ``timeout_s``. Duplicates take no limiter slot; at most ``hedge_budget`` of the requests
+   sent are duplicates (Dean & Barroso, "The Tail at Scale", CACM 2013). Every copy counts
+   in ``attempts`` and the duplicates in ``hedges``. trajsynth seeds its requests, so on a
+   server that honours seeds the copies are the same sample;
+4. ``n > 1``: ask the server for ``n`` choices in one request; when it returns fewer
    (servers without ``n``), send the missing ones as separate requests (seed + i when a seed
    is set) and remember that this endpoint needs fan-out.
 
@@ -37,6 +46,7 @@ config or the environment and is never logged, cached or written.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import email.utils
 import functools
@@ -125,12 +135,27 @@ def chat_body(config: RoleConfig, request: ChatRequest) -> dict[str, Any]:
     return body
 
 
-def _counted(exc: EndpointError, attempts: int, timeouts: int = 0) -> EndpointError:
-    """Attach the number of HTTP requests sent (and of those that timed out), so failed calls
-    are counted too."""
+def _counted(
+    exc: EndpointError, attempts: int, timeouts: int = 0, hedges: int = 0
+) -> EndpointError:
+    """Attach the number of HTTP requests sent (of them, those cut by the timeout and the
+    hedged duplicates), so failed calls are counted too."""
     exc.attempts = attempts  # type: ignore[attr-defined]
     exc.timeouts = timeouts  # type: ignore[attr-defined]
+    exc.hedges = hedges  # type: ignore[attr-defined]
     return exc
+
+
+class _Tally:
+    """HTTP requests one call sent: all of them, those cut by the timeout, hedges."""
+
+    __slots__ = ("attempts", "hedges", "timeouts")
+
+    def __init__(self) -> None:
+        self.attempts = self.timeouts = self.hedges = 0
+
+    def counted(self, exc: EndpointError) -> EndpointError:
+        return _counted(exc, self.attempts, self.timeouts, self.hedges)
 
 
 class _Retry(Exception):
@@ -142,6 +167,57 @@ class _Retry(Exception):
         self.message = message
         self.wait = wait
         self.timed_out = False
+
+
+class _Hedger:
+    """Recent answered latencies of one backend, and its hedging budget.
+
+    ``delay()`` is how long the copies of a request may all go unanswered before one more is
+    sent: ``hedge_after_s``, or the p95 of the last 200 answered requests (Dean & Barroso's
+    rule: about 5% of requests of a healthy endpoint get a duplicate) and at least
+    ``hedge_min_s``; never more than half of ``timeout_s``; none before 10 answers.
+    ``take()`` spends one duplicate from the budget: duplicates stay under ``hedge_budget`` ×
+    requests sent. At most ``COPIES`` copies of one request are in flight.
+    """
+
+    WINDOW, MIN_SAMPLES, FACTOR, COPIES = 200, 10, 1.0, 3
+
+    def __init__(self, config: RoleConfig) -> None:
+        self.config = config
+        self.samples: collections.deque[float] = collections.deque(maxlen=self.WINDOW)
+        self.sent = self.hedges = 0
+        self._p95: float | None = None
+        self._fresh = 0
+
+    def record(self, seconds: float) -> None:
+        self.samples.append(seconds)
+        self._fresh += 1
+        if self._p95 is None or self._fresh >= 16:  # re-sorted every 16 answers, not each
+            ordered = sorted(self.samples)
+            self._p95 = ordered[int(0.95 * (len(ordered) - 1))]
+            self._fresh = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.hedge_budget > 0
+
+    def delay(self) -> float | None:
+        cfg = self.config
+        if cfg.hedge_budget <= 0:
+            return None
+        if cfg.hedge_after_s is not None:
+            after = cfg.hedge_after_s
+        elif len(self.samples) < self.MIN_SAMPLES or self._p95 is None:
+            return None
+        else:
+            after = max(cfg.hedge_min_s, self.FACTOR * self._p95)
+        return min(after, cfg.timeout_s / 2)
+
+    def take(self) -> bool:
+        if self.hedges + 1 > max(1.0, self.config.hedge_budget * self.sent):
+            return False
+        self.hedges += 1
+        return True
 
 
 class OpenAIBackend(Backend):
@@ -161,8 +237,10 @@ class OpenAIBackend(Backend):
         self._ever_ok = False
         #: attempts by outcome, for tests and the bench (process-wide for this backend)
         self.stats = dict.fromkeys(
-            ("sent", "ok", "rate_limited", "transient", "timed_out", "client_error"), 0
+            ("sent", "ok", "rate_limited", "transient", "timed_out", "client_error", "hedged"),
+            0,
         )
+        self._hedger = _Hedger(config)
 
     # -- per-loop state --------------------------------------------------------------------
     def _limiter(self) -> AIMDLimiter:
@@ -251,7 +329,7 @@ class OpenAIBackend(Backend):
         )
         choices = list(got.choices)
         usage, partial = got.usage, list(got.partial_errors)
-        attempts, timeouts = got.attempts, got.timeouts
+        attempts, timeouts, hedges = got.attempts, got.timeouts, got.hedges
         infra = True
         for res in results:
             if isinstance(res, FatalEndpointError):
@@ -263,15 +341,17 @@ class OpenAIBackend(Backend):
                 infra = infra and isinstance(res, InfraError)
                 attempts += int(getattr(res, "attempts", 0))
                 timeouts += int(getattr(res, "timeouts", 0))
+                hedges += int(getattr(res, "hedges", 0))
                 continue
             choices.extend(res.choices[:1])
             usage = usage + res.usage
             attempts += res.attempts
             timeouts += res.timeouts
+            hedges += res.hedges
         if not choices:
             error = InfraError if partial and infra else EndpointError
             raise _counted(
-                error(partial[0] if partial else "no choices returned"), attempts, timeouts
+                error(partial[0] if partial else "no choices returned"), attempts, timeouts, hedges
             )
         return BackendReply(
             choices=choices,
@@ -279,6 +359,7 @@ class OpenAIBackend(Backend):
             model=got.model or self.model,
             attempts=attempts,
             timeouts=timeouts,
+            hedges=hedges,
             partial_errors=partial,
         )
 
@@ -286,17 +367,17 @@ class OpenAIBackend(Backend):
         cfg = self.config
         limiter = self._limiter()
         breaker = self._breaker()
-        transient = rate_limited = attempts = timeouts = 0
+        transient = rate_limited = 0
+        tally = _Tally()
         role = self.role
         while True:
             try:
                 probe = await breaker.before()  # waits out a pause; raises when failing fast
             except CircuitOpen as exc:
-                raise _counted(exc, attempts, timeouts) from None
+                raise tally.counted(exc) from None
             sent_at = await limiter.acquire(role)
-            attempts += 1
             try:
-                reply = await self._send(request)
+                reply = await self._send_hedged(request, tally)
             except _Retry as retry:
                 limiter.release(role)
                 if retry.kind == "rate_limited":
@@ -304,18 +385,16 @@ class OpenAIBackend(Backend):
                     rate_limited += 1
                     limiter.on_rate_limited(retry.wait or cfg.backoff_base_s, sent_at, role)
                     if rate_limited > cfg.max_rate_limit_retries:
-                        raise _counted(
+                        raise tally.counted(
                             RateLimited(
-                                f"{self._where()}: still rate limited (429) after {attempts} "
-                                f"attempts: {retry.message}"
-                            ),
-                            attempts,
-                            timeouts,
+                                f"{self._where()}: still rate limited (429) after "
+                                f"{tally.attempts} attempts: {retry.message}"
+                            )
                         ) from None
                     await asyncio.sleep(retry.wait or cfg.backoff_base_s)
                     continue
                 transient += 1
-                timeouts += retry.timed_out
+                tally.timeouts += retry.timed_out
                 breaker.on_failure(retry.message, probe=probe)
                 if transient > cfg.max_retries:
                     if retry.kind == "connect" and not self._ever_ok:
@@ -323,12 +402,11 @@ class OpenAIBackend(Backend):
                             f"cannot reach {self.base_url or 'the OpenAI API'}: {retry.message}",
                             hint="is the server running? check `base_url` in the role config",
                         ) from None
-                    raise _counted(
+                    raise tally.counted(
                         InfraError(
-                            f"{self._where()}: failed after {attempts} attempts: {retry.message}"
-                        ),
-                        attempts,
-                        timeouts,
+                            f"{self._where()}: failed after {tally.attempts} attempts: "
+                            f"{retry.message}"
+                        )
                     ) from None
                 cap = min(cfg.backoff_max_s, cfg.backoff_base_s * (2 ** (transient - 1)))
                 await asyncio.sleep(random.uniform(0.0, cap))
@@ -336,7 +414,7 @@ class OpenAIBackend(Backend):
             except EndpointError as exc:
                 limiter.release(role)
                 breaker.on_answer()  # a 4xx is an answer (the request was refused)
-                raise _counted(exc, attempts, timeouts) from None
+                raise tally.counted(exc) from None
             except BaseException:
                 limiter.release(role)
                 breaker.on_abandon(probe=probe)
@@ -345,9 +423,65 @@ class OpenAIBackend(Backend):
             limiter.on_success(role)
             breaker.on_answer()
             self._ever_ok = True
-            reply.attempts = attempts
-            reply.timeouts = timeouts
+            reply.attempts, reply.timeouts, reply.hedges = (
+                tally.attempts,
+                tally.timeouts,
+                tally.hedges,
+            )
             return reply
+
+    async def _send_hedged(self, request: ChatRequest, tally: _Tally) -> BackendReply:
+        """One attempt: ``_send``, plus a duplicate each time the copies in flight have all
+        been unanswered for another hedging delay (see :class:`_Hedger`; at most
+        ``_Hedger.COPIES`` copies in all). The delay is re-read while waiting, so a request
+        sent before enough answers came back to know what slow is still gets hedged. The
+        first copy to finish decides, success or failure, and the others are cancelled: a
+        duplicate failing fast while the first hangs is retried at once instead of waiting
+        the hang out."""
+        hedger = self._hedger
+        hedger.sent += 1
+        tally.attempts += 1
+        start = time.monotonic()
+        if not hedger.enabled:
+            reply = await self._send(request)
+            hedger.record(time.monotonic() - start)
+            return reply
+        copies = [asyncio.ensure_future(self._send(request))]
+        last = start  # when the newest copy was sent
+        try:
+            while True:
+                after = hedger.delay()
+                waited = time.monotonic() - last
+                wait: float | None
+                if len(copies) >= hedger.COPIES:
+                    wait = None  # no more duplicates: wait for a copy to finish
+                elif after is None:  # too few answers yet: look again shortly
+                    wait = self.config.hedge_min_s
+                elif waited < after:
+                    wait = after - waited
+                elif hedger.take():
+                    self.stats["hedged"] += 1
+                    hedger.sent += 1
+                    tally.attempts += 1
+                    tally.hedges += 1
+                    copies.append(asyncio.ensure_future(self._send(request)))
+                    last = time.monotonic()
+                    continue
+                else:  # over budget: no duplicate
+                    wait = None
+                done, _ = await asyncio.wait(
+                    copies, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                )
+                if done:
+                    task = next(t for t in copies if t in done)  # the earliest sent, on a tie
+                    reply = task.result()  # raises its failure
+                    if task is copies[0]:
+                        hedger.record(time.monotonic() - start)
+                    return reply
+        finally:
+            for task in copies:
+                if not task.done():
+                    task.cancel()
 
     def _where(self) -> str:
         return f"{self.base_url or 'openai'} ({self.model})"

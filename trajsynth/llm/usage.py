@@ -29,6 +29,7 @@ USAGE_COUNTERS = (
     "http_requests",
     "errors",
     "timeouts",
+    "hedges",
     "format_errors",
     "prompt_tokens",
     "completion_tokens",
