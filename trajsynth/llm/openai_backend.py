@@ -482,6 +482,8 @@ class OpenAIBackend(Backend):
             for task in copies:
                 if not task.done():
                     task.cancel()
+                elif not task.cancelled():
+                    task.exception()  # a loser's failure is expected: not an unretrieved one
 
     def _where(self) -> str:
         return f"{self.base_url or 'openai'} ({self.model})"
