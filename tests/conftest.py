@@ -125,6 +125,7 @@ SERIAL = (
     "tests/reliability/test_infra_errors.py",
     "tests/llm/test_limiter.py",
     "tests/llm/test_http.py::test_500_requests_under_20_percent_faults",
+    "tests/llm/test_http.py::test_a_hung_request_is_hedged",
     "tests/reliability/test_parser_fuzz.py",
     "tests/llm/test_parsing.py::test_pathological_outputs_are_fast",
 )

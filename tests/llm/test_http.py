@@ -372,7 +372,7 @@ def test_a_hung_request_is_hedged_instead_of_waiting_out_the_timeout(
 
     plain, seen = ask(tmp_path / "plain", hedge_budget=0)
     assert seen["fault_timeout"] > 0 and "llm.teacher.hedges" not in plain
-    assert plain["llm.teacher.timeouts"] == seen["fault_timeout"]  # each hang cost a timeout
+    assert plain["llm.teacher.timeouts"] >= seen["fault_timeout"]  # each hang cost a timeout
 
     hedged, seen = ask(tmp_path / "hedged", hedge_budget=0.5, hedge_after_s=0.3)
     hedges, timeouts = hedged["llm.teacher.hedges"], hedged.get("llm.teacher.timeouts", 0)
