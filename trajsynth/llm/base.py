@@ -400,8 +400,10 @@ class RoleConfig(StrictModel):
         description="Hedged requests: a request unanswered after the hedging delay is sent "
         "once more (twice at most), the first copy to finish wins, so a hung request costs "
         "about that delay instead of `timeout_s`. At most this fraction of requests are "
-        "duplicates (0: off). Unseeded, the faster of two samples can favour shorter "
-        "completions: set 0 where that matters.",
+        "duplicates (0: off). A paid API may bill a cancelled copy, whose usage is never "
+        "read: the usage table counts the copies in `hedges`, not their tokens. Unseeded, "
+        "the faster of two samples can favour shorter completions: set 0 where that "
+        "matters.",
     )
     hedge_after_s: float | None = Field(
         None,
