@@ -391,3 +391,45 @@ def test_docker_sandbox() -> None:
         assert box.run("while True: pass", timeout=1).timed_out
     finally:
         box.close()
+
+
+def test_a_worker_that_dies_silently_during_set_up_is_started_once_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A set-up that dies without a word (a fork refused on a loaded machine) gets a second
+    worker; a set-up that says what is wrong does not, and two silent deaths are reported."""
+    from trajsynth.envs.sandbox import pool
+    from trajsynth.envs.sandbox.base import SandboxConfig
+
+    started: list[str] = []
+
+    def fake(outcomes: list[str]) -> object:
+        def worker(kind: str, config: object, zygote: object = None) -> str:
+            started.append(kind)
+            outcome = outcomes[len(started) - 1]
+            if outcome != "ok":
+                raise SandboxError(f"{kind} sandbox unavailable: {outcome}")
+            return "worker"
+
+        return worker
+
+    class NoZygote:
+        def __init__(self, config: object) -> None: ...
+
+        def alive(self) -> bool:
+            return True
+
+    monkeypatch.setattr(pool, "Zygote", NoZygote)
+    workers = pool.WorkerPool("namespace", SandboxConfig())
+    monkeypatch.setattr(pool, "Worker", fake([pool._SILENT_EXIT, "ok"]))
+    assert workers._new_worker() == "worker" and len(started) == 2
+    started.clear()
+    monkeypatch.setattr(pool, "Worker", fake(["OSError: unshare refused", "ok"]))
+    with pytest.raises(SandboxError, match="unshare refused"):
+        workers._new_worker()
+    assert len(started) == 1
+    started.clear()
+    monkeypatch.setattr(pool, "Worker", fake([pool._SILENT_EXIT, pool._SILENT_EXIT, "ok"]))
+    with pytest.raises(SandboxError, match="exited during set-up"):
+        workers._new_worker()
+    assert len(started) == 2

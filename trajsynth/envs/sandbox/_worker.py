@@ -1121,10 +1121,14 @@ def run_worker(mode, scratch, config, ctl_in, ctl_out):
         send(ctl_out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         os._exit(3)
     info["proc"] = proc
-    worker = Worker(mode, scratch, ctl_in, ctl_out, exec_uid, memory, proc)
-    worker.tmp_options = f"size={tmpfs_mb}m,mode=1777"
-    worker.ns_limits = bool(info.pop("ns_limits", False))
-    info.update(worker.probe())
+    try:
+        worker = Worker(mode, scratch, ctl_in, ctl_out, exec_uid, memory, proc)
+        worker.tmp_options = f"size={tmpfs_mb}m,mode=1777"
+        worker.ns_limits = bool(info.pop("ns_limits", False))
+        info.update(worker.probe())
+    except Exception as exc:  # said, never a silent exit: the host retries or reports it
+        send(ctl_out, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        os._exit(3)
     worker.serve(info, config.get("preload", ()))
     os._exit(0)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import queue
 import select
@@ -48,6 +49,9 @@ __all__ = ["WORKER_PATH", "Worker", "WorkerPool", "worker_command"]
 WORKER_PATH = Path(__file__).with_name("_worker.py")
 _CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 _HANDSHAKE_S = 10.0
+#: what a worker that died during set-up without a word is reported as
+_SILENT_EXIT = "the worker exited during set-up"
+log = logging.getLogger("trajsynth.sandbox")
 _GRACE_S = 5.0
 
 
@@ -254,7 +258,7 @@ class Worker:
         self.pid = self.proc.pid if self.proc is not None else int((hello or {}).get("pid") or 0)
         if not hello or not hello.get("ready"):
             self.kill()
-            why = (hello or {}).get("error") or "the worker exited during set-up"
+            why = (hello or {}).get("error") or _SILENT_EXIT
             raise SandboxError(f"{kind} sandbox unavailable: {why}")
         self.info: dict[str, Any] = hello
         self.requests = 0
@@ -354,11 +358,22 @@ class WorkerPool:
         self._zygote: Zygote | None = None
 
     def _new_worker(self) -> Worker:
-        if self.kind == "bwrap":  # bubblewrap must exec the worker itself
-            return Worker(self.kind, self.config)
-        if self._zygote is None or not self._zygote.alive():
-            self._zygote = Zygote(self.config)
-        return Worker(self.kind, self.config, self._zygote)
+        """A started worker. One that died during set-up without saying why (a fork that
+        failed on a loaded machine, a signal) is started once more before the sandbox is
+        declared unavailable; a set-up that reports its error is not retried."""
+        for attempt in (1, 2):
+            try:
+                if self.kind == "bwrap":  # bubblewrap must exec the worker itself
+                    return Worker(self.kind, self.config)
+                if self._zygote is None or not self._zygote.alive():
+                    self._zygote = Zygote(self.config)
+                return Worker(self.kind, self.config, self._zygote)
+            except SandboxError as exc:
+                if attempt == 2 or _SILENT_EXIT not in str(exc):
+                    raise
+                log.warning("a %s sandbox worker exited during set-up; starting another", self.kind)
+                time.sleep(0.1)
+        raise AssertionError("unreachable")
 
     def start(self) -> None:
         """Start one worker now (so a failing isolation shows at once, step 2)."""
