@@ -213,27 +213,20 @@ class LLMClient:
         except FatalEndpointError:
             raise
         except EndpointError as exc:
-            attempts = int(getattr(exc, "attempts", 0))
-            timeouts = int(getattr(exc, "timeouts", 0))
-            hedges = int(getattr(exc, "hedges", 0))
             result = ChatResult(
                 model=self.model,
                 backend=self.backend.name,
                 error=str(exc),
                 error_type=_error_type(exc),
-                attempts=attempts,
-                timeouts=timeouts,
-                hedges=hedges,
+                attempts=int(getattr(exc, "attempts", 0)),
+                timeouts=int(getattr(exc, "timeouts", 0)),
+                hedges=int(getattr(exc, "hedges", 0)),
                 cache_key=key,
             )
             count(prefix + "errors")
             if result.infra:
                 count(prefix + "infra_errors")
-            count(prefix + "http_requests", attempts)
-            if timeouts:
-                count(prefix + "timeouts", timeouts)
-            if hedges:
-                count(prefix + "hedges", hedges)
+            self._count_sent(result, count, prefix)
             return result
 
         # 4) clean the text (lone surrogates, NUL), parse, cache, price
@@ -285,15 +278,20 @@ class LLMClient:
         )
 
     @staticmethod
+    def _count_sent(result: ChatResult, count: Any, prefix: str) -> None:
+        """The HTTP requests a call sent; of them, those cut by the timeout and duplicates."""
+        count(prefix + "http_requests", result.attempts)
+        if result.timeouts:
+            count(prefix + "timeouts", result.timeouts)
+        if result.hedges:
+            count(prefix + "hedges", result.hedges)
+
+    @staticmethod
     def _count(result: ChatResult, count: Any, prefix: str, *, cached: bool) -> None:
         if not cached:
             count(prefix + "prompt_tokens", result.usage.prompt_tokens)
             count(prefix + "completion_tokens", result.usage.completion_tokens)
-            count(prefix + "http_requests", result.attempts)
-            if result.timeouts:
-                count(prefix + "timeouts", result.timeouts)
-            if result.hedges:
-                count(prefix + "hedges", result.hedges)
+            LLMClient._count_sent(result, count, prefix)
             if result.cost_usd:
                 count(prefix + "cost_usd", result.cost_usd)
         if result.error:

@@ -135,27 +135,27 @@ def chat_body(config: RoleConfig, request: ChatRequest) -> dict[str, Any]:
     return body
 
 
-def _counted(
-    exc: EndpointError, attempts: int, timeouts: int = 0, hedges: int = 0
-) -> EndpointError:
-    """Attach the number of HTTP requests sent (of them, those cut by the timeout and the
-    hedged duplicates), so failed calls are counted too."""
-    exc.attempts = attempts  # type: ignore[attr-defined]
-    exc.timeouts = timeouts  # type: ignore[attr-defined]
-    exc.hedges = hedges  # type: ignore[attr-defined]
-    return exc
-
-
 class _Tally:
-    """HTTP requests one call sent: all of them, those cut by the timeout, hedges."""
+    """HTTP requests one call sent: all of them (``attempts``), and of them those cut by the
+    timeout and the hedged duplicates. A reply carries them as fields, a failure as
+    attributes, so failed calls are counted too."""
 
-    __slots__ = ("attempts", "hedges", "timeouts")
+    FIELDS = ("attempts", "timeouts", "hedges")
+    __slots__ = FIELDS
 
     def __init__(self) -> None:
         self.attempts = self.timeouts = self.hedges = 0
 
-    def counted(self, exc: EndpointError) -> EndpointError:
-        return _counted(exc, self.attempts, self.timeouts, self.hedges)
+    def add(self, sent: Any) -> None:
+        """Add what a sub-request (a reply, or a failure carrying counts) sent."""
+        for name in self.FIELDS:
+            setattr(self, name, getattr(self, name) + int(getattr(sent, name, 0)))
+
+    def onto(self, target: Any) -> Any:
+        """Write the counts onto a reply or an exception, and return it."""
+        for name in self.FIELDS:
+            setattr(target, name, getattr(self, name))
+        return target
 
 
 class _Retry(Exception):
@@ -180,7 +180,7 @@ class _Hedger:
     requests sent. At most ``COPIES`` copies of one request are in flight.
     """
 
-    WINDOW, MIN_SAMPLES, FACTOR, COPIES = 200, 10, 1.0, 3
+    WINDOW, MIN_SAMPLES, COPIES = 200, 10, 3
 
     def __init__(self, config: RoleConfig) -> None:
         self.config = config
@@ -203,14 +203,14 @@ class _Hedger:
 
     def delay(self) -> float | None:
         cfg = self.config
-        if cfg.hedge_budget <= 0:
+        if not self.enabled:
             return None
         if cfg.hedge_after_s is not None:
             after = cfg.hedge_after_s
-        elif len(self.samples) < self.MIN_SAMPLES or self._p95 is None:
+        elif self._p95 is None or len(self.samples) < self.MIN_SAMPLES:
             return None
         else:
-            after = max(cfg.hedge_min_s, self.FACTOR * self._p95)
+            after = max(cfg.hedge_min_s, self._p95)
         return min(after, cfg.timeout_s / 2)
 
     def take(self) -> bool:
@@ -329,7 +329,8 @@ class OpenAIBackend(Backend):
         )
         choices = list(got.choices)
         usage, partial = got.usage, list(got.partial_errors)
-        attempts, timeouts, hedges = got.attempts, got.timeouts, got.hedges
+        tally = _Tally()
+        tally.add(got)
         infra = True
         for res in results:
             if isinstance(res, FatalEndpointError):
@@ -339,28 +340,18 @@ class OpenAIBackend(Backend):
                     raise res
                 partial.append(str(res))
                 infra = infra and isinstance(res, InfraError)
-                attempts += int(getattr(res, "attempts", 0))
-                timeouts += int(getattr(res, "timeouts", 0))
-                hedges += int(getattr(res, "hedges", 0))
+                tally.add(res)
                 continue
             choices.extend(res.choices[:1])
             usage = usage + res.usage
-            attempts += res.attempts
-            timeouts += res.timeouts
-            hedges += res.hedges
+            tally.add(res)
         if not choices:
             error = InfraError if partial and infra else EndpointError
-            raise _counted(
-                error(partial[0] if partial else "no choices returned"), attempts, timeouts, hedges
+            raise tally.onto(error(partial[0] if partial else "no choices returned"))
+        return tally.onto(
+            BackendReply(
+                choices=choices, usage=usage, model=got.model or self.model, partial_errors=partial
             )
-        return BackendReply(
-            choices=choices,
-            usage=usage,
-            model=got.model or self.model,
-            attempts=attempts,
-            timeouts=timeouts,
-            hedges=hedges,
-            partial_errors=partial,
         )
 
     async def _with_retries(self, request: ChatRequest) -> BackendReply:
@@ -374,7 +365,7 @@ class OpenAIBackend(Backend):
             try:
                 probe = await breaker.before()  # waits out a pause; raises when failing fast
             except CircuitOpen as exc:
-                raise tally.counted(exc) from None
+                raise tally.onto(exc) from None
             sent_at = await limiter.acquire(role)
             try:
                 reply = await self._send_hedged(request, tally)
@@ -385,7 +376,7 @@ class OpenAIBackend(Backend):
                     rate_limited += 1
                     limiter.on_rate_limited(retry.wait or cfg.backoff_base_s, sent_at, role)
                     if rate_limited > cfg.max_rate_limit_retries:
-                        raise tally.counted(
+                        raise tally.onto(
                             RateLimited(
                                 f"{self._where()}: still rate limited (429) after "
                                 f"{tally.attempts} attempts: {retry.message}"
@@ -402,7 +393,7 @@ class OpenAIBackend(Backend):
                             f"cannot reach {self.base_url or 'the OpenAI API'}: {retry.message}",
                             hint="is the server running? check `base_url` in the role config",
                         ) from None
-                    raise tally.counted(
+                    raise tally.onto(
                         InfraError(
                             f"{self._where()}: failed after {tally.attempts} attempts: "
                             f"{retry.message}"
@@ -414,7 +405,7 @@ class OpenAIBackend(Backend):
             except EndpointError as exc:
                 limiter.release(role)
                 breaker.on_answer()  # a 4xx is an answer (the request was refused)
-                raise tally.counted(exc) from None
+                raise tally.onto(exc) from None
             except BaseException:
                 limiter.release(role)
                 breaker.on_abandon(probe=probe)
@@ -423,12 +414,7 @@ class OpenAIBackend(Backend):
             limiter.on_success(role)
             breaker.on_answer()
             self._ever_ok = True
-            reply.attempts, reply.timeouts, reply.hedges = (
-                tally.attempts,
-                tally.timeouts,
-                tally.hedges,
-            )
-            return reply
+            return tally.onto(reply)
 
     async def _send_hedged(self, request: ChatRequest, tally: _Tally) -> BackendReply:
         """One attempt: ``_send``, plus a duplicate each time the copies in flight have all

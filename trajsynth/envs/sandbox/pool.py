@@ -361,19 +361,21 @@ class WorkerPool:
         """A started worker. One that died during set-up without saying why (a fork that
         failed on a loaded machine, a signal) is started once more before the sandbox is
         declared unavailable; a set-up that reports its error is not retried."""
-        for attempt in (1, 2):
-            try:
-                if self.kind == "bwrap":  # bubblewrap must exec the worker itself
-                    return Worker(self.kind, self.config)
-                if self._zygote is None or not self._zygote.alive():
-                    self._zygote = Zygote(self.config)
-                return Worker(self.kind, self.config, self._zygote)
-            except SandboxError as exc:
-                if attempt == 2 or _SILENT_EXIT not in str(exc):
-                    raise
-                log.warning("a %s sandbox worker exited during set-up; starting another", self.kind)
-                time.sleep(0.1)
-        raise AssertionError("unreachable")
+        try:
+            return self._start_worker()
+        except SandboxError as exc:
+            if _SILENT_EXIT not in str(exc):
+                raise
+            log.warning("a %s sandbox worker exited during set-up; starting another", self.kind)
+            time.sleep(0.1)
+            return self._start_worker()
+
+    def _start_worker(self) -> Worker:
+        if self.kind == "bwrap":  # bubblewrap must exec the worker itself
+            return Worker(self.kind, self.config)
+        if self._zygote is None or not self._zygote.alive():
+            self._zygote = Zygote(self.config)
+        return Worker(self.kind, self.config, self._zygote)
 
     def start(self) -> None:
         """Start one worker now (so a failing isolation shows at once, step 2)."""
