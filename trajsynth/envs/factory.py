@@ -151,6 +151,12 @@ class EnvConfig(StrictModel):
     python_exec: bool = Field(
         default=False, description="Offer the sandboxed python_exec tool in built-in domains."
     )
+    decontaminate: Literal["bfcl"] | None = Field(
+        default=None,
+        description="Leave out of every domain the tools whose names a benchmark's test "
+        "functions use (bfcl: every BFCL single-turn function, from the bfcl-eval wheel), "
+        "so no task offers or calls one.",
+    )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     recording: Literal["off", "record", "replay"] = Field(
         default="off",
@@ -203,6 +209,7 @@ class EnvFactory:
         self._toolsets: dict[str, Toolset] = {}
         self._owners: dict[str, dict[str, str]] = {}
         self._python_exec: Any = None
+        self._excluded: frozenset[str] | None = None
         #: the simulator's answering model (the ``tool`` LLM role), and its answers
         self.answer = answer
         self.answers = AnswerCache()
@@ -230,12 +237,14 @@ class EnvFactory:
         """The tools offered in ``domain`` (``Toolset.to_openai()`` is the ``tools`` column)."""
         self._check(domain)
         if domain in self.config.toolsets:
+            benchmark = sorted(self._benchmark_names())
             with self._lock:
                 if domain not in self._toolsets:
                     tc = self.toolset_config(domain)
                     if tc.tools:
                         ts, self._owners[domain] = self._mixed(domain, tc)
-                        self._toolsets[domain] = _without(ts, tc.exclude)
+                        drop = [*tc.exclude, *benchmark]
+                        self._toolsets[domain] = _without(ts, drop)
                         return self._toolsets[domain]
                     ts = tc.load_specs()
                     if tc.backend == "code":
@@ -247,13 +256,23 @@ class EnvFactory:
                     assert ts is not None
                     if tc.backend == "simulated":
                         ts = with_responses(ts)
-                    ts = _without(ts, tc.exclude)
+                    ts = _without(ts, [*tc.exclude, *benchmark])
                     self._toolsets[domain] = ts.model_copy(update={"name": domain})
             return self._toolsets[domain]
-        ts = get_domain(domain).toolset()
+        ts = _without(get_domain(domain).toolset(), sorted(self._benchmark_names()))
         if self.config.python_exec:
             ts = ts.merged(Toolset(tools=[self._python_exec_tool().spec]))
         return ts
+
+    def _benchmark_names(self) -> frozenset[str]:
+        """The tool names ``decontaminate`` leaves out (read once)."""
+        if self.config.decontaminate is None:
+            return frozenset()
+        if self._excluded is None:  # a race reads the same names twice, harmlessly
+            from .importers.bfcl import single_turn_index
+
+            self._excluded = single_turn_index().names
+        return self._excluded
 
     def _part(self, domain: str, tc: ToolsetConfig, backend: str, specs: Toolset | None) -> Toolset:
         """Every tool one backend of a mixed toolset could run."""

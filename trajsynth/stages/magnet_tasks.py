@@ -603,7 +603,9 @@ def _cut_fsp(graph: SignatureGraph, fsp: FSP, n: int) -> FSP:
     turns = list(fsp.turns)
     while turns and (sum(len(t.calls) for t in turns) > n or problems(graph, FSP(tuple(turns)))):
         turns.pop()
-    return FSP(tuple(turns) or fsp.turns[:1], (*fsp.log, f"cut:{n}"))
+    if not turns:  # the first turn alone is too long or not connected: no task here
+        raise OperationError(f"no legal prefix of whole turns within {n} calls")
+    return FSP(tuple(turns), (*fsp.log, f"cut:{n}"))
 
 
 def _by_turn(cand: _Candidate) -> list[list[ExecutedCall]]:

@@ -37,12 +37,10 @@ benchmark and must never be trained on.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +48,15 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..core.errors import ConfigError, InputNotFoundError
-from ..envs.importers.bfcl import BfclEntry, read_entries
+from ..envs.importers.bfcl import (
+    INSTALL_HINT,
+    BfclEntry,
+    SingleTurnIndex,
+    bfcl_data_dir,
+    normal_text,
+    read_entries,
+    single_turn_index,
+)
 from ..envs.verifiers import bfcl_check
 from ..llm.base import FatalEndpointError
 
@@ -66,6 +72,7 @@ __all__ = [
     "contamination",
     "evaluate_bfcl",
     "load_category",
+    "row_contamination",
     "single_turn_index",
 ]
 
@@ -98,27 +105,6 @@ DEFAULT_CATEGORIES = (
 )
 #: the categories the report's ``mean`` averages (the non-live AST categories and live_simple)
 MEAN_OVER = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple")
-WHEEL = "bfcl_eval"
-INSTALL_HINT = "make install (or: pip install --no-deps bfcl-eval), or pass --data-dir"
-
-
-def bfcl_data_dir(data_dir: str | Path | None = None) -> Path:
-    """``data_dir`` when given, else the ``data/`` folder of the installed ``bfcl-eval`` wheel
-    (found without importing it: its own dependencies are not installed)."""
-    if data_dir is not None:
-        path = Path(data_dir)
-        if not path.is_dir():
-            raise InputNotFoundError(f"BFCL data folder {path} does not exist")
-        return path
-    try:
-        spec = importlib.util.find_spec(WHEEL)
-    except (ImportError, ValueError):
-        spec = None
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(location) / "data"
-        if path.is_dir():
-            return path
-    raise InputNotFoundError("the bfcl-eval wheel is not installed", hint=INSTALL_HINT)
 
 
 def _check_categories(categories: Iterable[str]) -> list[str]:
@@ -348,72 +334,42 @@ def _arun(coro: Any) -> Any:
 # contamination: BFCL's single-turn questions and functions never enter training data
 # --------------------------------------------------------------------------------------
 
-_WORD = re.compile(r"[a-z0-9]+")
 
-
-def _normal_text(text: str) -> str:
-    return " ".join(_WORD.findall(text.lower()))
-
-
-@dataclass(frozen=True)
-class SingleTurnIndex:
-    """Every single-turn BFCL function name (as written and in function-calling form) and
-    question text (normalized: lower case, words only)."""
-
-    names: frozenset[str]
-    questions: frozenset[str]
-
-
-def single_turn_index(data_dir: str | Path | None = None) -> SingleTurnIndex:
-    """The names and questions of every single-turn file of the BFCL data (all categories
-    but multi-turn, memory, web search and format sensitivity)."""
-    data = bfcl_data_dir(data_dir)
+def row_contamination(row: Any, index: SingleTurnIndex) -> tuple[set[str], set[str]]:
+    """The BFCL single-turn function names among one row's tools and calls, and the BFCL
+    single-turn questions among its user messages and goal (compared as :func:`normal_text`)."""
     names: set[str] = set()
     questions: set[str] = set()
-    for file in sorted(data.glob("BFCL_v4_*.json")):
-        cat = file.stem.removeprefix("BFCL_v4_")
-        if cat.startswith(("multi_turn", "memory", "web_search", "format_sensitivity")):
-            continue
-        for line in file.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            for fn in record.get("function") or []:
-                name = str(fn.get("name", ""))
-                names.update({name, name.replace(".", "_")})
-            for turn in record.get("question") or []:
-                for m in turn:
-                    if m.get("role") == "user" and m.get("content"):
-                        q = _normal_text(str(m["content"]))
-                        if len(q) >= 20:  # "hi", "yes": not a question of the benchmark's
-                            questions.add(q)
-    names.discard("")
-    return SingleTurnIndex(frozenset(names), frozenset(questions))
+    for tool in row.tools or []:
+        fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if fn.get("name") in index.names:
+            names.add(fn["name"])
+    for m in row.messages:
+        names.update(c.name for c in m.tool_calls if c.name in index.names)
+        if m.role == "user" and m.content:
+            text = normal_text(m.content)
+            if text in index.questions:
+                questions.add(text)
+    goal = normal_text(row.goal or "")
+    if goal in index.questions:
+        questions.add(goal)
+    return names, questions
 
 
-def contamination(rows: Sequence[Any], index: SingleTurnIndex) -> dict[str, Any]:
-    """BFCL single-turn function names among the rows' tools and calls, and BFCL single-turn
-    questions inside the rows' text: ``{"count", "names", "questions"}`` (count = both)."""
+def contamination(rows: Iterable[Any], index: SingleTurnIndex) -> dict[str, Any]:
+    """BFCL single-turn function names and questions found in ``rows``: ``{"count" (names
+    and questions found), "rows" (rows with either), "names", "questions"}``."""
     names: set[str] = set()
     questions: set[str] = set()
+    hit = 0
     for row in rows:
-        for tool in row.tools or []:
-            fn = tool.get("function", tool) if isinstance(tool, dict) else {}
-            if fn.get("name") in index.names:
-                names.add(fn["name"])
-        for m in row.messages:
-            for c in m.tool_calls:
-                if c.name in index.names:
-                    names.add(c.name)
-            if m.role == "user" and m.content:
-                text = _normal_text(m.content)
-                if text in index.questions:
-                    questions.add(text)
-        goal = _normal_text(row.goal or "")
-        if goal in index.questions:
-            questions.add(goal)
+        n, q = row_contamination(row, index)
+        hit += bool(n or q)
+        names |= n
+        questions |= q
     return {
         "count": len(names) + len(questions),
+        "rows": hit,
         "names": sorted(names),
         "questions": sorted(questions)[:20],
     }
