@@ -39,7 +39,8 @@ of the rows in). When a stage finishes, its share lost in this execution is comp
 
 When the run ends, its final output is checked (:mod:`trajsynth.pipeline.final_output`): the
 rows of the last stage that makes rows, by verdict, go into the manifest (``final_output``),
-and an output that is empty or mostly unverified is written to ``logs/run.log`` as a warning.
+and one that is mostly unverified (or left empty by the rows set aside as wrong) is written to
+``logs/run.log`` as a warning.
 After each stage that writes ``success``, its main output's rows by verdict go into its
 metrics (``values.outcome``).
 """
