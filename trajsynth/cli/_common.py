@@ -88,8 +88,11 @@ class RichReporter(Reporter):
         if self.quiet:
             return
         rows = state.rows_out()
+        # rows a judging stage kept on its main output although it found them wrong
+        marked = (state.metrics.get("values", {}).get("outcome") or {}).get("failed", 0)
+        note = f", {marked:,} marked failed" if marked else ""
         if outcome == "skipped":
-            line = f"[dim]· {stage_id} ({state.uses}): unchanged, {rows:,} rows (cached)[/]"
+            line = f"[dim]· {stage_id} ({state.uses}): unchanged, {rows:,} rows{note} (cached)[/]"
         else:
             secs = time.perf_counter() - self.started.get(stage_id, time.perf_counter())
             rate = (state.rows_in or rows) / secs if secs > 0 else 0
@@ -97,7 +100,7 @@ class RichReporter(Reporter):
             extra = f" (+ {sides})" if sides else ""
             line = (
                 f"[green]✓[/] {stage_id} ({state.uses}): {state.rows_in:,} → {rows:,} rows"
-                f"{extra} in {secs:.1f}s ({rate:,.0f} rows/s)"
+                f"{note}{extra} in {secs:.1f}s ({rate:,.0f} rows/s)"
                 + (" — resumed" if outcome == "resumed" else "")
             )
         if self.live:

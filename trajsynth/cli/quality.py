@@ -57,15 +57,19 @@ def filter_cmd(
         bool, typer.Option("--low-quality/--no-low-quality", help="Rule: below min-quality.")
     ] = True,
     require_success: Annotated[
-        bool, typer.Option("--require-success", help="Rule: drop rows that did not succeed.")
-    ] = False,
+        bool,
+        typer.Option(
+            "--require-success/--keep-unsuccessful",
+            help="Rule: drop rows whose success is not true (failed or never verified).",
+        ),
+    ] = True,
     keep_rejected: Annotated[
         bool, typer.Option("--keep-rejected", help="Also write rejected rows to OUT/rejected.")
     ] = False,
     force: Force = False,
     quiet: Quiet = False,
 ) -> None:
-    """Drop invalid, incoherent, too-easy, inefficient and low-quality trajectories.
+    """Drop invalid, incoherent, too-easy, inefficient, low-quality and unverified trajectories.
 
     Prints how many rows each rule dropped (first failing rule) and rejects (any); the same
     counts are stored in OUT/manifest.json.
@@ -379,6 +383,7 @@ def collect_report(run_dir: Path) -> Any:
     manifest = RunManifest.load(run_dir / MANIFEST_NAME).model_dump(mode="json")
     data = ReportData(title=f"trajsynth quality report: {manifest.get('pipeline', run_dir.name)}")
     data.summary = manifest_summary(manifest)
+    data.final_output = manifest.get("final_output") or {}
     tables: dict[str, Any] = {}
     for sid, st in manifest["stages"].items():
         outs = st.get("outputs", {}).get("main", {}).get("shards", [])

@@ -59,8 +59,20 @@ def run(
             "run stops (a rerun plays them again); default defaults.max_infra_error_rate, 0.05.",
         ),
     ] = None,
+    allow_unverified: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unverified",
+            help="Exit 0 even when the final output is mostly unverified (more than half its "
+            "rows with success false or null, or no rows left once failures were set aside); "
+            "it is still reported.",
+        ),
+    ] = False,
 ) -> None:
-    """Run a whole pipeline; unchanged stages are skipped, interrupted ones resume."""
+    """Run a whole pipeline; unchanged stages are skipped, interrupted ones resume.
+
+    Exits 1 when the final output (the last stage that makes rows) is mostly unverified,
+    unless --allow-unverified (or defaults.allow_unverified) accepts it."""
     from ..pipeline.runner import Runner
     from ..pipeline.spec import load_pipeline
 
@@ -72,6 +84,8 @@ def run(
         overrides.append(f"defaults.executor={executor}")
     if max_infra_error_rate is not None:
         overrides.append(f"defaults.max_infra_error_rate={max_infra_error_rate}")
+    if allow_unverified:
+        overrides.append("defaults.allow_unverified=true")
     resolved = load_pipeline(pipeline, overrides, output=str(out) if out else None)
     reporter = RichReporter(quiet=quiet)
     try:
@@ -85,6 +99,32 @@ def run(
             console.print(usage)
         for line in infra_lines(result):
             console.print(line)
+    unverified_warning(result, quiet=quiet)
+
+
+def unverified_warning(result: RunResult, *, quiet: bool = False) -> None:
+    """Say loudly on stderr when the run's final output is mostly unverified, and exit 1
+    unless the pipeline allows it (``trajsynth.pipeline.final_output``)."""
+    from ..core.errors import UnverifiedOutput
+    from ..pipeline.final_output import ACCEPT_HINT, verdict_line, warning_lines
+
+    check = result.final_output
+    lines = warning_lines(check)
+    if not lines:
+        return
+    if check["allowed"]:
+        if not quiet:
+            err_console.print(
+                f"[yellow]warning:[/] {lines[0]} ({verdict_line(check)})", soft_wrap=True
+            )
+        return
+    err_console.print()
+    err_console.print(f"[bold red]WARNING: {lines[0]}[/]", soft_wrap=True)
+    for line in lines[1:]:
+        err_console.print(f"[red]  {line}[/]", soft_wrap=True)
+    raise UnverifiedOutput(
+        "the run's final output did not pass verification; not accepted", hint=ACCEPT_HINT
+    )
 
 
 def infra_lines(result: RunResult) -> list[str]:

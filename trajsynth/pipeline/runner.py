@@ -7,7 +7,7 @@ Run folder layout::
       raw/part-00000.parquet  # one folder per stage (its main output)
       rollouts/failed/...     # a named side output of stage `rollouts`
       artifacts/<stage>/      # files a stage produces that are not rows (checkpoints)
-      logs/run.log            # tracebacks of stage failures
+      logs/run.log            # tracebacks of stage failures, the final output's warning
 
 For each stage in topological order the runner:
 
@@ -36,6 +36,13 @@ of the rows in). When a stage finishes, its share lost in this execution is comp
   counters taken back — so the rerun plays exactly those again, their successful requests
   from the LLM response cache; units without losses stay committed. A source or global stage
   starts over. ``0`` makes every loss fail the stage.
+
+When the run ends, its final output is checked (:mod:`trajsynth.pipeline.final_output`): the
+rows of the last stage that makes rows, by verdict, go into the manifest (``final_output``),
+and one that is mostly unverified (or left empty by the rows set aside as wrong) is written to
+``logs/run.log`` as a warning.
+After each stage that writes ``success``, its main output's rows by verdict go into its
+metrics (``values.outcome``).
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ from ..store.shards import (
 )
 from ..version import __version__
 from .executors import Executor, LocalExecutor, UnitTask
+from .final_output import check_final_output, stage_outcome, verdict_line, warning_lines
 from .outputs import output_dir, output_names, write_outputs
 from .spec import InputRef, ResolvedPipeline, ResolvedStage
 
@@ -113,6 +121,11 @@ class RunResult:
         """Folder holding a stage's (named) output shards."""
         base = self.run_dir if self.layout == "single" else self.run_dir / stage_id
         return output_dir(base, output)
+
+    @property
+    def final_output(self) -> dict[str, Any]:
+        """The check of the run's final output (:mod:`~trajsynth.pipeline.final_output`)."""
+        return self.manifest.final_output
 
 
 class Runner:
@@ -171,6 +184,12 @@ class Runner:
             from .executors import release_stages
 
             release_stages()
+        if self.layout == "pipeline":
+            manifest.final_output = check_final_output(self.pipeline, manifest, self.stage_dir)
+            manifest.save(self.manifest_path)
+            lines = warning_lines(manifest.final_output)
+            for line in [*lines, verdict_line(manifest.final_output)] if lines else []:
+                log.warning("final output: %s", line)
         self.reporter.run_finished(result)
         return result
 
@@ -374,6 +393,12 @@ class Runner:
             self._fail(state, manifest, too_many, started)
             raise StageFailed(too_many, hint=_INFRA_HINT)
         self._ensure_outputs(sid, state, cls.outputs)
+        if "success" in cls.writes:  # a judging stage: its main output's rows by verdict
+            main = state.outputs["main"]
+            shards = [self.stage_dir(sid) / s.file for s in main.shards]
+            state.metrics = Metrics.merge(
+                state.metrics, {"values": {"outcome": stage_outcome(shards)}}
+            )
         too_few = _too_few_rows(rs, cls.kind, state, counted_before)
         if too_few is not None:
             self._fail(state, manifest, too_few, started)
