@@ -339,7 +339,7 @@ def eval_command(
     temperature: Annotated[float, typer.Option(help="0: greedy.")] = 0.0,
     max_steps: Annotated[int, typer.Option(help="Assistant turns per episode.")] = 8,
     max_new_tokens: Annotated[
-        int | None, typer.Option(help="Tokens per turn (default 256; --benchmark: 384).")
+        int | None, typer.Option(help="Tokens per turn (default 256).")
     ] = None,
     max_observation_chars: Annotated[
         int | None, typer.Option(help="Longest tool output shown.")
@@ -367,7 +367,7 @@ def eval_command(
             limit=limit,
             temperature=temperature,
             max_new_tokens=max_new_tokens,
-            player=_eval_client(model, base_url, api_model, api_key_env, device, 16),
+            player=_eval_client(model, base_url, api_model, api_key_env, device, 64),
             name=str(model) if model is not None else f"{base_url} {api_model}".strip(),
             answers=episodes,
             as_json=as_json,
@@ -461,7 +461,7 @@ def _eval_benchmark(
         limit=limit,
         data_dir=str(data_dir) if data_dir is not None else None,
         temperature=temperature,
-        max_new_tokens=max_new_tokens or 384,
+        max_new_tokens=max_new_tokens or 256,
     )
     with Progress(
         TextColumn("[bold]bfcl[/]"),
