@@ -246,3 +246,14 @@ def test_distractors_drawn_from_a_range() -> None:
         assert needed <= offered
         extra.add(len(offered - needed))
     assert extra <= {0, 1, 2, 3} and len(extra) >= 3
+
+
+def test_tasks_per_tool_gives_large_domains_more_tasks() -> None:
+    rows, _ = synthesize(domains=["math", "messaging"], tasks_per_domain=2, tasks_per_tool=0.4)
+    sizes = {d: len(FACTORY.toolset(d)) for d in ("math", "messaging")}
+    made = {d: sum(r.domain == d for r in rows) for d in sizes}
+    assert made == {d: max(2, round(0.4 * n)) for d, n in sizes.items()}
+    assert (
+        build_stage("magnet_tasks", {"tasks_per_tool": 0.4, "domains": ["math"]}).expected_rows()
+        is None
+    )
