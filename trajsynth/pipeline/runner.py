@@ -71,12 +71,16 @@ from ..stages import (
     StreamingGlobalStage,
     config_hash,
 )
+from ..store.integrity import ShardCheck, check_shard, fingerprint_of, shard_checks
 from ..store.manifest import MANIFEST_NAME, OutputState, RunManifest, ShardRecord, StageState
 from ..store.shards import (
+    LOOKUP,
+    Check,
     ShardInfo,
     ShardReader,
     ShardWriter,
     clean_tmp,
+    footer_rows,
     iter_shard,
     list_shards,
     write_shard,
@@ -153,6 +157,8 @@ class Runner:
             raise ValueError("the single-stage layout needs a one-stage pipeline")
         self.layout = layout
         self.manifest_path = self.run_dir / MANIFEST_NAME
+        #: input shard → what its bytes must be (see _input_shards)
+        self._checks: dict[str, ShardCheck | None] = {}
 
     # -- paths -------------------------------------------------------------------------------
     def stage_dir(self, stage_id: str) -> Path:
@@ -238,16 +244,32 @@ class Runner:
 
     # -- inputs ------------------------------------------------------------------------------
     def _input_shards(self, ref: InputRef, manifest: RunManifest) -> list[Path]:
+        """The input's shards; what each one's bytes must be is noted in ``self._checks``
+        (the records of this run's stages; for a path, those of the manifest beside it),
+        which every reader of them is handed."""
         if ref.path is not None:
-            return list_shards(ref.path)
+            paths = list_shards(ref.path)
+            self._checks.update({str(p): c for p, c in shard_checks(paths).items()})
+            return paths
         state = manifest.stages[ref.stage]  # type: ignore[index]
         folder = output_dir(self.stage_dir(ref.stage), ref.output)  # type: ignore[arg-type]
         out = state.outputs.get(ref.output) or OutputState()
-        return [folder / s.file for s in sorted(out.shards, key=lambda s: s.file)]
+        records = sorted(out.shards, key=lambda s: s.file)
+        self._checks.update({str(folder / s.file): ShardCheck.of(s) for s in records})
+        return [folder / s.file for s in records]
+
+    def _check_of(self, path: Path) -> Check:
+        return self._checks.get(str(path), LOOKUP)
 
     def _input_fingerprint(self, ref: InputRef, manifest: RunManifest) -> str:
         if ref.path is not None:
-            return stable_hash([(p.name, file_fingerprint(p)) for p in list_shards(ref.path)])
+            # the files are hashed for the cache key anyway: check them against the run that
+            # wrote them now, before anything runs (a corrupt input is one clear error)
+            fingerprints = []
+            for p, check in shard_checks(list_shards(ref.path)).items():
+                fingerprints.append((p.name, fingerprint_of(p)))
+                check_shard(p, check, fingerprint=fingerprints[-1][1])
+            return stable_hash(fingerprints)
         return manifest.stages[ref.stage].fingerprint(ref.output)  # type: ignore[index]
 
     def _cache_key(self, rs: ResolvedStage, manifest: RunManifest) -> str:
@@ -283,7 +305,7 @@ class Runner:
                 if not p.exists() or p.stat().st_size != shard.bytes:
                     log.warning("stage %s: shard %s is missing or resized; rerunning", sid, p)
                     return False
-                if file_fingerprint(p) != shard.fingerprint:
+                if fingerprint_of(p) != shard.fingerprint:
                     log.warning(
                         "stage %s: shard %s is corrupt (content changed); rerunning", sid, p
                     )
@@ -550,6 +572,7 @@ class Runner:
                             outputs=cls.outputs,
                             plugins=tuple(self.pipeline.spec.plugins),
                             rows=_rows_of(p),
+                            input_check=self._check_of(p),
                         )
                     )
                 index += 1
@@ -615,7 +638,7 @@ class Runner:
         def all_batches() -> Iterator[pa.RecordBatch]:
             for _, paths in inputs:
                 for p in paths:
-                    for b in iter_shard(p):
+                    for b in iter_shard(p, check=self._check_of(p)):
                         if not is_source:
                             self.reporter.advance(rs.id, b.num_rows)
                         yield b
@@ -629,7 +652,7 @@ class Runner:
                 spill.mkdir(parents=True)
                 paths = [p for _, ps in inputs for p in ps]
                 shard_set = ShardSet(
-                    shards=[ShardReader(str(p)) for p in paths],
+                    shards=[ShardReader(str(p), self._check_of(p)) for p in paths],
                     rows=[_rows_of(p) for p in paths],
                     spill_dir=spill,
                     mapper=self.executor.map,
@@ -718,10 +741,8 @@ def _without_secrets(roles: dict[str, dict]) -> dict[str, dict]:
 
 
 def _rows_of(path: Path) -> int:
-    import pyarrow.parquet as pq
-
     try:
-        return pq.ParquetFile(path).metadata.num_rows
+        return footer_rows(path)
     except Exception:  # unreadable files fail later with a clear DataError
         return 0
 
