@@ -175,7 +175,7 @@ _BREAK = {
     "including", "according", "such", "whose", "while", "after", "before", "under", "over",
     "includes", "include", "contains", "is", "are", "will", "can", "should",
 }  # fmt: skip
-_NAME_NOISE = {"api", "func", "function", "tool", "endpoint", "v1", "v2", "v3", "v4", "do"}
+_NAME_NOISE = {"api", "func", "function", "tool", "endpoint", "v1", "v2", "v3", "v4", "do", "adv"}
 _NAME_PREP = {"by", "for", "with", "from", "in", "on", "of", "to", "and", "via", "at"}
 _NOUN_SWAPS = {"statistics": "stats", "information": "info", "details": "info"}
 _CREATING = {"create", "add", "generate", "book", "send", "schedule", "buy", "register", "post"}
@@ -532,7 +532,7 @@ def _slot(param: str, value: Any, rng: random.Random, *, derived: bool) -> Slot:
         shown = verbatim(value)
     if form == "thousands" and ("year" in pw or 1000 <= value <= 2100):  # never "year 1,861"
         shown = verbatim(value)
-    told = f'"{shown}"' if isinstance(value, str) and " " in shown else shown
+    told = f'"{shown}"' if form == "verbatim" and isinstance(value, str) and " " in shown else shown
     if pw in _MY and rng.random() < 0.6:
         statement = f"my {pw} is {told}"
     else:
@@ -600,7 +600,7 @@ def _slot(param: str, value: Any, rng: random.Random, *, derived: bool) -> Slot:
     if last in _QUERYISH:
         return slot(rng.choice([f"for {_quoted(shown, rng)}", f"matching {_quoted(shown, rng)}"]))
     if last in _TEXTISH:
-        said = f'"{shown}"' if " " in shown else shown
+        said = f'"{shown}"' if " " in shown or re.search(r"[?!.,;:]$", shown) else shown
         if last in ("body", "message", "text") and rng.random() < 0.5:
             return slot(f"saying {said}")
         return slot(rng.choice([f"the {pw} {said}", f"{pw} {said}"]), "group")
@@ -629,8 +629,11 @@ def _nested(value: Any) -> str:
 
 
 def _derived(value: Any, outputs: list[Any]) -> bool:
-    """Does ``value`` come from an earlier call's output (so the user would not say it)?"""
+    """Does ``value`` come from an earlier call's output (so the user would not say it)? A
+    small whole number (a count, a number of nights) is the user's to say either way."""
     if value is None or isinstance(value, bool) or value == "":
+        return False
+    if isinstance(value, int) and abs(value) < 100:
         return False
     needle = value if isinstance(value, str) else json.dumps(value)
     for out in outputs:
@@ -688,14 +691,15 @@ class _Clause:
         if flags:
             said = _and([s.text for s in flags], rng)
             out += (" " if said.endswith(" only") and not out else ", ") + said
+            out = out.lstrip(" ")
         if not out.strip(", "):
             return ""
         return out if out.startswith(", ") else " " + out
 
     def question(self) -> str | None:
         """'are the flights' for "what are the flights ...?", None where it would not read."""
-        if self.intent.verb not in _ASKABLE:
-            return None
+        if self.intent.verb not in _ASKABLE or any(s.kind == "attach" for s in self.slots):
+            return None  # never "what is the user omar_haddad?"
         words = self.obj.split()
         if not words or words[-1] in _INPUTS or not any(not s.derived for s in self.slots):
             return None
@@ -963,7 +967,7 @@ _WHY = [
     "This is a request to {intent}",
     "The request comes down to this: {intent}",
     "What's needed here is to {intent}",
-    "So the task is to {intent}",
+    "The task is to {intent}",
     "First I have to {intent}",
 ]
 _AFTER = [

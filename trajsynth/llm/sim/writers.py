@@ -6,7 +6,8 @@ back-translation) and the expander (LoopTool EDDE).
   need that takes several tools (LoopTool ``dialog_generation`` planner rules);
 - query writer: several natural requests for one call path, each carrying every argument
   value the user must state (values that come from an earlier call's output are referred
-  to, not repeated), varied by template, persona and style, never naming a function;
+  to, not repeated), never naming a function nor repeating a tool's description, varied in
+  wording, sentence form, order, persona and style (:mod:`.phrasing`);
 - expander: new samples around an error seed — same tools, same call structure, new argument
   values and a new request — in LoopTool's ``INPUT: … OUTPUT: <tool_call>…`` form, with a
   share of unusable generations so that the stage's validation has work to do.
