@@ -227,7 +227,11 @@ def _extract(base: str, into: Path) -> Path:
     """The base revision's ``trajsynth`` package, from ``git archive``."""
     archive = into / "base.tar"
     with archive.open("wb") as fh:
-        subprocess.run(["git", "archive", base, "trajsynth"], cwd=REPO, stdout=fh, check=True)
+        done = subprocess.run(
+            ["git", "archive", base, "trajsynth"], cwd=REPO, stdout=fh, stderr=subprocess.PIPE
+        )
+    if done.returncode != 0:
+        sys.exit(f"phrasing: cannot read revision {base!r}: {done.stderr.decode().strip()}")
     root = into / "base"
     with tarfile.open(archive) as tar:
         tar.extractall(root, filter="data")
