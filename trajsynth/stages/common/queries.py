@@ -40,7 +40,7 @@ def reject_query(query: str, names: list[str], must: dict[str, Any]) -> str | No
     """Why a back-translated request is unusable (None: it is fine). ``must``: the values it
     must state, keyed by parameter (``param`` or ``tool.param``)."""
     for n in names:
-        if len(n) > 2 and re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", query, re.I):
+        if len(n) > 2 and re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", query):
             return "names_function"
     for key, v in must.items():
         if not value_in(v, query, key.rsplit(".", 1)[-1]):
