@@ -24,9 +24,11 @@ tools, when that is more):
    removed (``graph.pruned_feeds``), as HardGen refines its API graph with execution
    feedback;
 5) back-translation, one request per turn from the ``query_writer`` role: it must carry every
-   value the user states (a request missing one, or naming a function, is rejected and the
-   next phrasing tried) and never name a function. A miss-param turn's request leaves the
-   value out; the user's follow-up (``clarification``) gives it. A miss-func turn asks for a
+   value the user states, verbatim or in a form that maps back to it alone ("March 5, 2024"
+   for 2024-03-05, :mod:`trajsynth.core.surface`; a request missing one, or naming a
+   function, is rejected and the next phrasing tried) and never name a function. A
+   miss-param turn's request leaves the value out; the user's follow-up (``clarification``)
+   gives it. A miss-func turn asks for a
    function the task does not offer; its gold is a reply and no call;
 6) the task row: ``goal`` (the first request), ``ground_truth`` (turns with requests and gold
    steps, ``env_seed``, ``final_state_hash``, bindings, the path and the operations),
