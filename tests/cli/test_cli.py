@@ -148,6 +148,8 @@ def test_a_rerun_says_why_in_the_summary(tmp_path: Path, capsys: pytest.CaptureF
     out, err = capsys.readouterr()
     why = "shard raw/part-00000.parquet changed on disk (content fingerprint "
     row = next(line for line in out.splitlines() if line.startswith("│ raw "))
-    assert "│ ran " in row and why in row and ", recorded " in row
-    assert "raw (synthetic): 0 → 50 rows" in err and f"— {why}" in err
+    assert "│ reran  │" in row
+    line = next(line for line in out.splitlines() if line.startswith("raw reran: "))
+    assert line.startswith(f"raw reran: {why}") and ", recorded " in line
+    assert "raw (synthetic): 0 → 50 rows" in err and f"— reran: {why}" in err
     assert f"stage raw runs again: {why}" in (run_dir / "logs" / "run.log").read_text()

@@ -24,8 +24,11 @@ from trajsynth.cli import app, main
 OUTPUTS = {"out", "plot", "episodes", "directory"}
 #: values for required text parameters that let a command go on to read its input paths
 VALUES = {"model": "tiny"}
-#: options a command needs with the one given, so that it reads its input paths
-NEEDS = {"eval": ["--model", "tiny"]}
+#: what else a command needs with an input path, so that it goes on to read that path
+NEEDS = {
+    "eval --tasks": ["--model", "tiny"],
+    "eval --data-dir": ["--benchmark", "bfcl", "--base-url", "http://127.0.0.1:9"],
+}
 
 
 def _commands() -> Iterator[tuple[list[str], Any]]:
@@ -126,7 +129,8 @@ def test_input_paths_that_do_not_exist(
     if not inputs:
         pytest.skip("reads no path")
     for param in inputs:
-        argv = [*path, *_filled(command, tmp_path), *NEEDS.get(" ".join(path), [])]
+        needs = NEEDS.get(" ".join([*path, param.opts[0]]), [])
+        argv = [*path, *_filled(command, tmp_path), *needs]
         if not param.required:
             argv += [param.opts[0], str(tmp_path / "does-not-exist")]
         code, text = run(capsys, argv)

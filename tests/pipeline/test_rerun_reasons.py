@@ -85,5 +85,5 @@ def test_a_failed_stage_says_it_starts_over(tmp_path: Path) -> None:
     with pytest.raises(StageFailed):
         run_pipeline(str(pipe), out=tmp_path / "run")
     log = (tmp_path / "run" / "logs" / "run.log").read_text()
-    # sample is a global stage: it cannot resume mid-way (a map stage says "resuming")
-    assert "stage pick runs again: it failed; starting over (a global stage does not" in log
+    # sample is a global stage: it cannot resume mid-way (a map stage's reason: "it failed")
+    assert "stage pick runs again: it failed (a global stage starts over: it cannot" in log

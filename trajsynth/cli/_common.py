@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
@@ -28,11 +29,13 @@ from ..store.manifest import StageState
 
 __all__ = [
     "CliConsole",
+    "Quiet",
     "RichReporter",
     "console",
     "err_console",
     "live_console",
     "llm_usage_table",
+    "rerun_lines",
     "summary_table",
 ]
 
@@ -73,6 +76,9 @@ class CliConsole(Console):
             width = max(width, Text.from_markup(title).cell_len)
         return min(width, 10_000)
 
+
+#: ``--quiet``/``-q`` of the commands that show progress
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 
 console = CliConsole()
 err_console = CliConsole(stderr=True)
@@ -128,9 +134,10 @@ class RichReporter(Reporter):
         self, stage_id: str, uses: str, kind: str, total_rows: int | None, note: str
     ) -> None:
         self.started[stage_id] = time.perf_counter()
-        self.notes[stage_id] = note
+        self.notes[stage_id] = note  # why it runs again: said in full on its result line
+        shown = "" if not note else ("resuming" if note.startswith("it ") else "rerun")
         self.tasks[stage_id] = self.progress.add_task(
-            "", total=total_rows, stage=stage_id, uses=uses, note=note
+            "", total=total_rows, stage=stage_id, uses=uses, note=shown
         )
 
     def advance(self, stage_id: str, rows: int) -> None:
@@ -160,9 +167,11 @@ class RichReporter(Reporter):
                 f"[green]✓[/] {stage_id} ({state.uses}): {state.rows_in:,} → {rows:,} rows"
                 f"{note}{extra} in {secs:.1f}s ({rate:,.0f} rows/s)"
             )
-            why = self.notes.get(stage_id) or ("resumed" if outcome == "resumed" else "")
-            if why:
-                line += f" [yellow]— {escape(why)}[/]"
+            why = self.notes.get(stage_id, "")
+            if outcome == "resumed":
+                line += " [yellow]— resumed[/]" + (f" ({escape(why)})" if why else "")
+            elif why:
+                line += f" [yellow]— reran: {escape(why)}[/]"
         if self.live:
             self.progress.console.print(line)
         else:
@@ -176,23 +185,31 @@ class RichReporter(Reporter):
 
 
 def summary_table(result: RunResult) -> Table:
-    """One row per stage: cached, ran or resumed, its rows and seconds, and (when a stage
-    that ran before ran again) why: which file changed on disk, which input or setting."""
+    """One row per stage: cached, ran, reran (:func:`rerun_lines` says why) or resumed, its
+    rows and seconds."""
     table = Table(title=f"run {result.manifest.run_id}", title_justify="left")
-    columns = ["stage", "uses", "status", "rows in", "rows out", "seconds"]
-    if result.reasons:
-        columns.append("why")
-    for col in columns:
+    for col in ("stage", "uses", "status", "rows in", "rows out", "seconds"):
         table.add_column(col, justify="right" if col.startswith(("rows", "sec")) else "left")
     for sid, st in result.manifest.stages.items():
-        status = (
-            "cached" if sid in result.skipped else ("resumed" if sid in result.resumed else "ran")
-        )
+        if sid in result.skipped:
+            status = "cached"
+        elif sid in result.resumed:
+            status = "resumed"
+        else:
+            status = "reran" if sid in result.reasons else "ran"
         row = [sid, st.uses, status, f"{st.rows_in:,}", f"{st.rows_out():,}", f"{st.seconds:.1f}"]
-        if result.reasons:
-            row.append(escape(result.reasons.get(sid, "")))
         table.add_row(*row)
     return table
+
+
+def rerun_lines(result: RunResult) -> list[str]:
+    """One line per stage that ran before and ran again in this run, saying why (which file
+    changed on disk, with its fingerprints; which input or setting): a line each, not a
+    column, so that a path is never squeezed into a narrow one."""
+    return [
+        f"[yellow]{escape(sid)} {'resumed' if sid in result.resumed else 'reran'}:[/] {escape(why)}"
+        for sid, why in result.reasons.items()
+    ]
 
 
 def llm_usage_table(result: RunResult) -> Table | None:

@@ -92,45 +92,36 @@ def _apply(params: list[Any], metavars: dict[str, tuple[str, str]]) -> None:
                 param.display_type_rich = lambda ctx, shown=shown: shown
 
 
-def _group_class(metavars: dict[str, tuple[str, str]]) -> type[TyperGroup]:
-    class TidyGroup(TyperGroup):
-        """A command group whose options show the metavars of :func:`metavar_for`."""
+class _Tidy:
+    """Mixed into typer's command and group classes: the parameters show the metavars of
+    :func:`metavar_for` (``metavars``, by parameter name), ``--help`` none."""
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            _apply(self.params, metavars)
+    metavars: dict[str, tuple[str, str]] = {}
+    params: list[Any]
 
-        def get_help_option(self, ctx: Any) -> Any:
-            return _no_metavar_on_help(super().get_help_option(ctx))
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _apply(self.params, self.metavars)
 
-    return TidyGroup
+    def get_help_option(self, ctx: Any) -> Any:
+        return _no_metavar_on_help(super().get_help_option(ctx))  # type: ignore[misc]
 
 
-def _command_class(metavars: dict[str, tuple[str, str]]) -> type[TyperCommand]:
-    class TidyCommand(TyperCommand):
-        """A command whose parameters show the metavars of :func:`metavar_for`."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            _apply(self.params, metavars)
-
-        def get_help_option(self, ctx: Any) -> Any:
-            return _no_metavar_on_help(super().get_help_option(ctx))
-
-    return TidyCommand
+def _tidy_class(base: type, metavars: dict[str, tuple[str, str]]) -> Any:
+    return type(f"Tidy{base.__name__}", (_Tidy, base), {"metavars": metavars})
 
 
 def tidy_help(app: typer.Typer) -> None:
     """Apply the rules above to every command of ``app`` and of its sub-apps."""
     callback = app.registered_callback.callback if app.registered_callback else None
-    app.info.cls = _group_class(_metavars(callback) if callback else {})
+    app.info.cls = _tidy_class(TyperGroup, _metavars(callback) if callback else {})
     for command in app.registered_commands:
         if command.callback is None:
             continue
         if command.help is None:
             command.help = reflow(inspect.getdoc(command.callback) or "")
         if command.cls in (None, TyperCommand):
-            command.cls = _command_class(_metavars(command.callback))
+            command.cls = _tidy_class(TyperCommand, _metavars(command.callback))
     for group in app.registered_groups:
         if group.typer_instance is not None:
             tidy_help(group.typer_instance)

@@ -17,14 +17,13 @@ from rich.table import Table
 
 from ..core.errors import InputNotFoundError
 from . import app
-from ._common import console
+from ._common import Quiet, console
 
 __all__ = ["collect_report", "print_quality_stats", "resolve_data_path"]
 
 InPath = Annotated[Path, typer.Argument(help="Input shards: a file, a folder or a glob.")]
 OutPath = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Force = Annotated[bool, typer.Option("--force", help="Rerun even if unchanged.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 #: the panels options are grouped in (``--help``)
 RULES = "Rules"
 THRESHOLDS = "Thresholds"

@@ -11,7 +11,15 @@ from rich.table import Table
 
 from ..core.errors import ConfigError, InputNotFoundError
 from . import app
-from ._common import RichReporter, console, err_console, llm_usage_table, summary_table
+from ._common import (
+    Quiet,
+    RichReporter,
+    console,
+    err_console,
+    llm_usage_table,
+    rerun_lines,
+    summary_table,
+)
 
 NoCacheOption = Annotated[
     bool,
@@ -59,7 +67,7 @@ def run(
         Literal["local", "ray"] | None,
         typer.Option(help="Run map-stage units here or as Ray tasks.", rich_help_panel=EXECUTION),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+    quiet: Quiet = False,
     no_cache: NoCacheOption = False,
     max_infra_error_rate: Annotated[
         float | None,
@@ -112,6 +120,8 @@ def run(
         reporter.close()
     if not quiet:
         console.print(summary_table(result))
+        for line in rerun_lines(result):
+            console.print(line)
         usage = llm_usage_table(result)
         if usage is not None:
             console.print(usage)
@@ -175,7 +185,7 @@ def stage(
         ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rerun even if unchanged.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+    quiet: Quiet = False,
     no_cache: NoCacheOption = False,
 ) -> None:
     """Run one stage on shards, as one step of a pipeline.

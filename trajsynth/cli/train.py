@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..core.errors import ConfigError, InputNotFoundError
 from . import app
-from ._common import console, err_console, live_console
+from ._common import Quiet, console, err_console, live_console
 
 INSTALL_LINE = "the train extra is not installed: pip install 'trajsynth[train]'"
 
@@ -36,10 +36,19 @@ CHECKPOINTS = "Checkpoints"
 MODEL = "Model"
 EPISODES = "Episodes"
 BENCHMARK = "Benchmark"
-DEVICE_HELP = "auto, cpu, cuda (or cuda:N) or mps."
-Device = Annotated[str, typer.Option(metavar="DEVICE", help=DEVICE_HELP, rich_help_panel=HARDWARE)]
+_DEVICE = typer.Option(
+    metavar="DEVICE", help="auto, cpu, cuda (or cuda:N) or mps.", rich_help_panel=HARDWARE
+)
+Device = Annotated[str, _DEVICE]
+OptionalDevice = Annotated[str | None, _DEVICE]
+Seed = Annotated[int | None, typer.Option(help="Seed.", rich_help_panel=TRAINING)]
+Resume = Annotated[
+    bool | None,
+    typer.Option(
+        "--resume/--no-resume", help="Resume from OUT/checkpoint.", rich_help_panel=CHECKPOINTS
+    ),
+]
 Precision = Literal["auto", "bf16", "fp32"]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 
 
 def _require_train_extra() -> None:
@@ -195,25 +204,15 @@ def train_sft_command(
         float | None,
         typer.Option(help="Stop after this many minutes of training.", rich_help_panel=TRAINING),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed.", rich_help_panel=TRAINING)] = None,
-    device: Annotated[
-        str | None,
-        typer.Option(metavar="DEVICE", help=DEVICE_HELP, rich_help_panel=HARDWARE),
-    ] = None,
+    seed: Seed = None,
+    device: OptionalDevice = None,
     precision: Annotated[
         Precision | None, typer.Option(help="Float precision.", rich_help_panel=HARDWARE)
     ] = None,
     save_every: Annotated[
         int | None, typer.Option(help="Checkpoint every N steps.", rich_help_panel=CHECKPOINTS)
     ] = None,
-    resume: Annotated[
-        bool | None,
-        typer.Option(
-            "--resume/--no-resume",
-            help="Resume from OUT/checkpoint.",
-            rich_help_panel=CHECKPOINTS,
-        ),
-    ] = None,
+    resume: Resume = None,
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     quiet: Quiet = False,
@@ -300,23 +299,13 @@ def train_grpo_command(
     temperature: Annotated[
         float | None, typer.Option(help="Sampling temperature.", rich_help_panel=TRAINING)
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed.", rich_help_panel=TRAINING)] = None,
-    device: Annotated[
-        str | None,
-        typer.Option(metavar="DEVICE", help=DEVICE_HELP, rich_help_panel=HARDWARE),
-    ] = None,
+    seed: Seed = None,
+    device: OptionalDevice = None,
     save_every: Annotated[
         int | None,
         typer.Option(help="Checkpoint every N updates.", rich_help_panel=CHECKPOINTS),
     ] = None,
-    resume: Annotated[
-        bool | None,
-        typer.Option(
-            "--resume/--no-resume",
-            help="Resume from OUT/checkpoint.",
-            rich_help_panel=CHECKPOINTS,
-        ),
-    ] = None,
+    resume: Resume = None,
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
     quiet: Quiet = False,
@@ -594,7 +583,7 @@ def _eval_benchmark(
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=err_console,
+        console=live_console() if err_console.is_terminal else err_console,
         disable=as_json or not err_console.is_terminal,
     ) as bar:
 

@@ -358,10 +358,10 @@ class Runner:
         if state.cache_key == key:
             if state.status == "done":
                 return self._outputs_changed(rs.id, state)
-            what = "was interrupted" if state.status == "running" else "failed"
+            what = "it was interrupted" if state.status == "running" else "it failed"
             if type(rs.stage).kind == StageKind.GLOBAL:
-                return f"it {what}; starting over (a global stage does not resume mid-way)"
-            return f"it {what}; resuming"
+                return f"{what} (a global stage starts over: it cannot resume mid-way)"
+            return what
         if state.uses != rs.step.uses:
             return f"uses changed ({state.uses} → {rs.step.uses})"
         inputs = [str(r) for r in rs.inputs]
