@@ -68,7 +68,7 @@ def test_rerun_reruns_a_stage_whose_shard_was_overwritten(run_dir: Path) -> None
         for s in manifest["stages"]["split"]["outputs"]["main"]["shards"]
     }
     assert file_fingerprint(shard) == recorded[shard.name]  # rewritten, and intact again
-    assert "corrupt" in (run_dir / "logs" / "run.log").read_text()
+    assert "changed on disk (content fingerprint" in (run_dir / "logs" / "run.log").read_text()
 
 
 def test_readers_refuse_a_corrupt_shard_with_one_message(run_dir: Path, tmp_path: Path) -> None:

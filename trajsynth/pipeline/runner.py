@@ -19,6 +19,13 @@ For each stage in topological order the runner:
 4. otherwise clears its outputs and runs it fresh (and, since its output fingerprint changes,
    every stage downstream reruns too).
 
+Whenever a stage that ran before runs again, the runner says why: a shard or artifact of its
+that changed on disk (which file, its recorded and its present size or content fingerprint),
+a stage upstream whose output changed, a changed ``uses``/``from``/trajsynth version, other
+settings or input files (a changed cache key), ``--force``, or the interruption or failure it
+resumes from. The reason goes to ``logs/run.log``, to :attr:`RunResult.reasons` and, through the
+reporter's ``note``, to the console (``trajsynth run`` prints it in its summary).
+
 Every shard is committed by an atomic rename and then recorded in the manifest, which is itself
 replaced atomically; files not recorded are debris of a crash and are removed on resume. So a
 run killed at any moment and rerun writes each row exactly once.
@@ -119,6 +126,8 @@ class RunResult:
     executed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
+    #: stage id → why it ran again in this run (stages that ran before; see the module docstring)
+    reasons: dict[str, str] = field(default_factory=dict)
     layout: str = "pipeline"
 
     def output(self, stage_id: str, output: str = "main") -> Path:
@@ -178,7 +187,7 @@ class Runner:
         self.reporter.run_started(self.pipeline, self.run_dir)
         try:
             for sid in self.pipeline.order:
-                outcome = self._run_stage(sid, manifest)
+                outcome = self._run_stage(sid, manifest, result)
                 if outcome == "skipped":
                     result.skipped.append(sid)
                 else:
@@ -227,6 +236,8 @@ class Runner:
             if old is not None:  # keep execution counters across --force
                 for sid, st in old.stages.items():
                     manifest.stages[sid] = StageState(uses=st.uses, executions=st.executions)
+        #: the version the stages were last run with (a reason to rerun them when it changed)
+        self.previous_version = manifest.trajsynth_version
         manifest.pipeline = spec.name
         manifest.pipeline_path = str(self.pipeline.path) if self.pipeline.path else None
         manifest.config_hash = self.pipeline.config_hash()
@@ -289,44 +300,100 @@ class Runner:
             }
         )
 
-    def _outputs_intact(self, sid: str, state: StageState) -> bool:
-        """Every committed file exists with its recorded size, and every shard with its
-        recorded content fingerprint (a shard overwritten in place keeps its size)."""
+    def _outputs_changed(self, sid: str, state: StageState) -> str | None:
+        """What of the stage's committed files changed on disk since it finished (None when
+        nothing did): a file missing, resized, or a shard overwritten with other content of
+        the same size (its content fingerprint differs from the recorded one)."""
         art = self.artifacts_dir(sid)
         for rel, size in state.artifact_files.items():
             p = art / rel
-            if not p.exists() or p.stat().st_size != size:
-                log.warning("stage %s: artifact %s is missing or resized; rerunning", sid, p)
-                return False
+            if not p.exists():
+                return f"artifact {self._shown(p)} is missing"
+            if p.stat().st_size != size:
+                return (
+                    f"artifact {self._shown(p)} changed on disk "
+                    f"({p.stat().st_size:,} bytes, recorded {size:,})"
+                )
         for name, out in state.outputs.items():
             folder = output_dir(self.stage_dir(sid), name)
             for shard in out.shards:
                 p = folder / shard.file
-                if not p.exists() or p.stat().st_size != shard.bytes:
-                    log.warning("stage %s: shard %s is missing or resized; rerunning", sid, p)
-                    return False
-                if fingerprint_of(p) != shard.fingerprint:
-                    log.warning(
-                        "stage %s: shard %s is corrupt (content changed); rerunning", sid, p
+                if not p.exists():
+                    return f"shard {self._shown(p)} is missing"
+                if p.stat().st_size != shard.bytes:
+                    return (
+                        f"shard {self._shown(p)} changed on disk "
+                        f"({p.stat().st_size:,} bytes, recorded {shard.bytes:,})"
                     )
-                    return False
-        return True
+                found = fingerprint_of(p)
+                if found != shard.fingerprint:
+                    return (
+                        f"shard {self._shown(p)} changed on disk (content fingerprint "
+                        f"{found[:12]}, recorded {shard.fingerprint[:12]})"
+                    )
+        return None
+
+    def _shown(self, path: Path) -> str:
+        """``path`` relative to the run folder (as the user finds it there)."""
+        try:
+            return str(path.relative_to(self.run_dir))
+        except ValueError:
+            return str(path)
+
+    def _why_rerun(
+        self,
+        rs: ResolvedStage,
+        state: StageState | None,
+        key: str,
+        result: RunResult,
+    ) -> str | None:
+        """Why a stage that ran before runs (again) now; None when it may be skipped, or
+        when it never ran (a first run needs no reason)."""
+        if state is None:
+            return None
+        if self.force:  # (--force keeps only the states of the stages that ran before)
+            return "--force"
+        if state.status == "pending":
+            return None
+        if state.cache_key == key:
+            if state.status == "done":
+                return self._outputs_changed(rs.id, state)
+            what = "it was interrupted" if state.status == "running" else "it failed"
+            if type(rs.stage).kind == StageKind.GLOBAL:
+                return f"{what} (a global stage starts over: it cannot resume mid-way)"
+            return what
+        if state.uses != rs.step.uses:
+            return f"uses changed ({state.uses} → {rs.step.uses})"
+        inputs = [str(r) for r in rs.inputs]
+        if state.inputs != inputs:
+            return f"from changed ({', '.join(state.inputs) or '-'} → {', '.join(inputs)})"
+        upstream = [
+            r.stage for r in rs.inputs if r.stage is not None and r.stage in result.executed
+        ] + [n for n in rs.needs if n in result.executed]
+        if upstream:
+            names = list(dict.fromkeys(map(repr, upstream)))
+            stages = f"stage {names[0]}" if len(names) == 1 else f"stages {', '.join(names)}"
+            return f"the output of {stages} changed (it ran again)"
+        if self.previous_version and self.previous_version != __version__:
+            return f"trajsynth {self.previous_version} → {__version__}"
+        return (
+            "its settings or input files changed "
+            f"(cache key {key[:12]}, recorded {(state.cache_key or '-')[:12]})"
+        )
 
     # -- one stage ---------------------------------------------------------------------------
-    def _run_stage(self, sid: str, manifest: RunManifest) -> str:
+    def _run_stage(self, sid: str, manifest: RunManifest, result: RunResult) -> str:
         rs = self.pipeline.stages[sid]
         cls = type(rs.stage)
         key = self._cache_key(rs, manifest)
         state = manifest.stages.get(sid)
-        if (
-            state is not None
-            and not self.force
-            and state.status == "done"
-            and state.cache_key == key
-            and self._outputs_intact(sid, state)
-        ):
+        why = self._why_rerun(rs, state, key, result)
+        if state is not None and state.status == "done" and why is None:
             self.reporter.stage_finished(sid, state, "skipped")
             return "skipped"
+        if why is not None:
+            log.info("stage %s runs again: %s", sid, why)
+            result.reasons[sid] = why
 
         resume = (
             state is not None
@@ -383,9 +450,7 @@ class Runner:
         total_in = sum(_rows_of(p) for _, paths in inputs for p in paths)
         state.rows_in = total_in
         expected = total_in if cls.kind != StageKind.SOURCE else rs.stage.expected_rows()
-        self.reporter.stage_started(
-            sid, rs.step.uses, cls.kind.value, expected, "resuming" if resume else ""
-        )
+        self.reporter.stage_started(sid, rs.step.uses, cls.kind.value, expected, why or "")
         try:
             if cls.kind == StageKind.MAP:
                 self._execute_map(rs, state, spec, inputs, manifest, key)
