@@ -40,7 +40,9 @@ SetOption = Annotated[
 @app.command()
 def run(
     pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder.")] = None,
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="Run folder (a path, or s3://, gs:// …).")
+    ] = None,
     set_: SetOption = None,
     force: Annotated[bool, typer.Option("--force", help="Rerun every stage.")] = False,
     workers: Annotated[int | None, typer.Option(help="Processes for CPU-bound stages.")] = None,
@@ -179,8 +181,11 @@ def run_single_stage(
     from ..pipeline.runner import Runner
     from ..pipeline.spec import resolve_pipeline
 
+    from ..core.location import as_path, is_url
+
+    inputs = [as_path(p) for p in inputs]  # a bucket URL (s3://…) too
     for p in inputs:
-        if not p.exists():
+        if not is_url(p) and not p.exists():
             raise InputNotFoundError(f"--in {p}: does not exist")
     overrides = []
     for item in sets:
