@@ -184,8 +184,7 @@ class RayCluster:
             return 0
 
     def start(self, timeout: float = 240) -> RayCluster:
-        for d in self.temp_dirs:
-            d.mkdir(parents=True, exist_ok=True)
+        self.work.mkdir(parents=True, exist_ok=True)
         self._start(
             [
                 "--head",

@@ -36,6 +36,7 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "trajsynth.cli.run",
     "trajsynth.cli.data",
+    "trajsynth.cli.query",
     "trajsynth.cli.quality",
     "trajsynth.cli.imports",
     "trajsynth.cli.tools",

@@ -8,7 +8,8 @@ groups (docs/architecture.md, "The trajectory record"):
 - task: ``task_id``, ``goal``, ``domain``, ``capabilities``, ``ground_truth`` (JSON)
 - tools: ``tools`` (JSON, the OpenAI ``tools`` list offered to the model)
 - conversation: ``messages`` in the OpenAI chat format
-- per-step annotations, one entry per assistant message: ``step_rewards``, ``step_flags``
+- per-step annotations, one entry per assistant message: ``step_rewards``, ``step_flags``,
+  ``step_diffs`` (the environment's state change at that step, as JSON text)
 - outcome: ``success``, ``reward``, ``reward_components``, ``num_turns``, ``num_tool_calls``,
   ``format_errors``, ``failure_layer``, ``failure_reason``, ``rollouts_total``,
   ``rollouts_passed``
@@ -50,7 +51,7 @@ __all__ = [
 
 #: Bump when a column is added, removed or changes meaning; add a migration in
 #: ``trajsynth.store.migrations`` where old shards can be carried forward.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: step flag marking an assistant step kept as context only (see Trajectory.context_steps)
 CONTEXT_FLAG = "deviated"
@@ -168,6 +169,12 @@ class Trajectory(BaseModel):
         default_factory=list,
         description="Per assistant step: flags such as calibrated, deviated, format_error.",
     )
+    step_diffs: list[str] = Field(
+        default_factory=list,
+        description="Per assistant step: the environment's state change it made, as JSON text "
+        "(a list of {table, key, kind, before, after, fields}; '[]' when nothing changed). "
+        "Empty when not recorded (rows written before schema version 2).",
+    )
     # outcome
     success: bool | None = Field(default=None, description="Did the trajectory solve the task?")
     reward: float | None = Field(default=None, description="Scalar reward.")
@@ -216,7 +223,7 @@ class Trajectory(BaseModel):
         steps = [m for m in self.messages if m.role == "assistant"]
         self.num_turns = len(steps)
         self.num_tool_calls = sum(len(m.tool_calls) for m in steps)
-        for name in ("step_rewards", "step_flags"):
+        for name in ("step_rewards", "step_flags", "step_diffs"):
             values = getattr(self, name)
             if values and len(values) != len(steps):
                 raise ValueError(

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from ..core.location import load_array, save_array
 from ..quality.columns import action_skeletons, hash_strings, tokens
 from ..quality.dedup import (
     EXACT,
@@ -166,8 +166,8 @@ class Dedup(StreamingGlobalStage[DedupConfig]):
             t0 = time.perf_counter()
             alive = np.flatnonzero(reason == KEEP)
             sub_rank = rank[alive]
-            np.save(Path(spill) / "alive.npy", alive)
-            np.save(Path(spill) / "rank.npy", sub_rank)
+            save_array(spill, "alive.npy", alive)
+            save_array(spill, "rank.npy", sub_rank)
             found = shards.map(_band_pairs, [(spill, b, len(shards)) for b in range(bands)])
             cand = unique_pairs(found, len(alive))
             del found
@@ -307,7 +307,7 @@ def _sketch(
             quality = np.full(t.num_rows, np.nan)
     if t.num_rows == 0:
         if near:
-            np.save(Path(spill) / f"bands-{index:05d}.npy", np.zeros((bands, 0), np.uint64))
+            save_array(spill, f"bands-{index:05d}.npy", np.zeros((bands, 0), np.uint64))
         return quality, np.zeros((0, 2), np.uint64) if exact else None
     goal_tokens, names, name_offsets = _features(t)
     key = None
@@ -317,18 +317,17 @@ def _sketch(
     if near:
         sets = shingles(goal_tokens, (names, name_offsets), k=shingle_size)
         sig = minhash_signatures(sets, num_perm, seed=seed)
-        np.save(Path(spill) / f"bands-{index:05d}.npy", band_keys(sig, bands, rows))
+        save_array(spill, f"bands-{index:05d}.npy", band_keys(sig, bands, rows))
     return quality, key
 
 
 def _band_pairs(spill: str, band: int, shard_count: int) -> np.ndarray:
     """Step 3 for one band: candidate pairs (alive-local indices) of the rows still kept."""
-    folder = Path(spill)
     key = np.concatenate(
-        [np.load(folder / f"bands-{i:05d}.npy", mmap_mode="r")[band] for i in range(shard_count)]
+        [load_array(spill, f"bands-{i:05d}.npy", mmap=True)[band] for i in range(shard_count)]
     )
-    alive = np.load(folder / "alive.npy")
-    rank = np.load(folder / "rank.npy")
+    alive = load_array(spill, "alive.npy")
+    rank = load_array(spill, "rank.npy")
     return bucket_pairs(key[alive], rank, max_bucket=_MAX_BUCKET)
 
 

@@ -191,7 +191,15 @@ def episode_row(
         **ctx.provenance(method=method, parent_ids=[row.id], generator=generator),
     }
     data.update(columns)
+    if "step_diffs" not in columns:  # each step's state change, when the steps line up
+        diffs = [info.get("state_diff", "[]") for info in result.step_info]
+        steps = sum(1 for m in data["messages"] if _role(m) == "assistant")
+        data["step_diffs"] = diffs if len(diffs) == steps else []
     return Trajectory.model_validate(data)
+
+
+def _role(message: Any) -> str | None:
+    return message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
 
 
 def passed_columns(result: EpisodeResult, verdict: EpisodeVerdict) -> dict[str, Any]:
