@@ -78,6 +78,9 @@ def test_steps_are_one_row_per_assistant_step_with_the_state_change(rollouts: Pa
     assert changed, "a travel rollout books or cancels something: some step changes the state"
     # a limit counts steps, and the first ones come in row order
     assert query(rollouts, steps=True, limit=3).num_rows == 3
+    every = query(rollouts, Filters(outcome="success"), steps=True).to_pylist()
+    sliced = query(rollouts, Filters(outcome="success"), steps=True, limit=7).to_pylist()
+    assert sliced == every[:7]
 
 
 def test_step_view_marks_the_step_whose_call_failed() -> None:

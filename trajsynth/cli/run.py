@@ -178,10 +178,9 @@ def run_single_stage(
     Returns the run's result; ``show_counts=False`` leaves printing the stage's counts to the
     caller (the shortcuts print their own tables).
     """
+    from ..core.location import as_path, is_url
     from ..pipeline.runner import Runner
     from ..pipeline.spec import resolve_pipeline
-
-    from ..core.location import as_path, is_url
 
     inputs = [as_path(p) for p in inputs]  # a bucket URL (s3://…) too
     for p in inputs:

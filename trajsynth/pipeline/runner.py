@@ -698,6 +698,7 @@ class Runner:
                     rows=[_rows_of(p) for p in paths],
                     spill_dir=spill,
                     mapper=self.executor.map,
+                    inputs=[str(ref) for ref, ps in inputs for _ in ps],
                 )
                 produced = stage.process_shards(shard_set, ctx)
             else:

@@ -29,7 +29,8 @@ import pyarrow as pa
 from ..core.errors import UserError
 from ..core.location import as_path, is_url, put_file
 from ..core.schema import ARROW_SCHEMA
-from .shards import iter_batches, list_shards
+from .integrity import shard_checks
+from .shards import iter_shard, list_shards
 
 __all__ = [
     "DEFAULT_COLUMNS",
@@ -175,19 +176,35 @@ class _Rows:
     raises (a corrupt shard, ...) is kept, to be raised as itself instead of DuckDB's
     wrapping of it."""
 
-    def __init__(self, path: Any, columns: Sequence[str]) -> None:
+    def __init__(self, path: Any, columns: Sequence[str], *, positions: bool = False) -> None:
         self.shards = list_shards(path)
         self.columns = list(columns)
+        #: add ``_shard`` and ``_row`` (where each row is), for a second, narrower read
+        self.positions = positions
         self.error: BaseException | None = None
 
     def reader(self) -> pa.RecordBatchReader:
-        schema = pa.schema([ARROW_SCHEMA.field(c) for c in self.columns])
-        return pa.RecordBatchReader.from_batches(schema, self._batches())
+        fields = [ARROW_SCHEMA.field(c) for c in self.columns]
+        if self.positions:
+            fields += [pa.field("_shard", pa.int32()), pa.field("_row", pa.int64())]
+        return pa.RecordBatchReader.from_batches(pa.schema(fields), self._batches())
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
         try:
-            for b in iter_batches(self.shards, columns=self.columns):
-                yield b.select(self.columns) if b.schema.names != self.columns else b
+            checks = shard_checks(self.shards)
+            for k, shard in enumerate(self.shards):
+                start = 0
+                for b in iter_shard(shard, columns=self.columns, check=checks[shard]):
+                    b = b.select(self.columns) if b.schema.names != self.columns else b
+                    if self.positions:
+                        n = b.num_rows
+                        b = pa.RecordBatch.from_arrays(
+                            [*b.columns, pa.array([k] * n, pa.int32()),
+                             pa.array(range(start, start + n), pa.int64())],
+                            names=[*self.columns, "_shard", "_row"],
+                        )  # fmt: skip
+                        start += n
+                    yield b
         except BaseException as exc:
             self.error = exc
             raise
@@ -255,8 +272,40 @@ def query(
                 out += step_rows(dict(zip(names, values, strict=True)))
         return out if limit is None else out[:limit]
 
-    out = _run(f"SELECT {select} FROM rows WHERE {cond}", params, rows, explode)
-    return pa.Table.from_pylist(out, schema=_STEP_SCHEMA)
+    if limit is None:
+        out = _run(f"SELECT {select} FROM rows WHERE {cond}", params, rows, explode)
+        return pa.Table.from_pylist(out, schema=_STEP_SCHEMA)
+    # a slice: find the first matching rows from the narrow columns alone (their turns add
+    # up to ``limit`` steps), then read the wide ones (messages, ...) of those rows only
+    narrow = _Rows(path, sorted(filters.columns() | {"num_turns"}), positions=True)
+
+    def first_rows(result: Any) -> list[tuple[int, int]]:
+        found: list[tuple[int, int]] = []
+        turns = 0
+        while turns < limit:
+            batch = result.fetchmany(1024)
+            if not batch:
+                break
+            for shard, row, n in batch:
+                found.append((shard, row))
+                turns += n or 0
+                if turns >= limit:
+                    break
+        return found
+
+    sql = f"SELECT _shard, _row, num_turns FROM rows WHERE {cond}"
+    found = _run(sql, params, narrow, first_rows)
+    out: list[dict[str, Any]] = []
+    by_shard: dict[int, list[int]] = {}
+    for shard, row in found:
+        by_shard.setdefault(shard, []).append(row)
+    for shard, picked in sorted(by_shard.items()):
+        table = pa.Table.from_batches(
+            list(iter_shard(narrow.shards[shard], columns=list(_STEP_SOURCE)))
+        ).take(pa.array(picked))
+        for values in table.to_pylist():
+            out += step_rows(values)
+    return pa.Table.from_pylist(out[:limit], schema=_STEP_SCHEMA)
 
 
 def _arrow(result: Any) -> pa.Table:
