@@ -10,20 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from qrows import call, row
+from qrows import BOOK, GOAL, WEATHER, row
 
 from trajsynth.core.errors import ConfigError
 from trajsynth.pipeline import run_pipeline
 from trajsynth.pipeline.spec import resolve_pipeline
 from trajsynth.store import ShardWriter, read_table
 
-BOOK = [
-    ("think", "find", [call("search_flights", destination="Paris")], [{"f": ["FL1"]}]),
-    ("think", "book", [call("book_flight", flight_id="FL1")], [{"ok": True}]),
-    ("say", "Booked FL1."),
-]
-WEATHER = [("think", "w", [call("get_weather", city="Paris")], [{"sky": "sun"}]), ("say", "sun")]
-GOAL = "Please book a flight to Paris for next Monday morning"
 LIMA = "How warm is it in Lima right now"
 
 EARLIER = [

@@ -112,10 +112,11 @@ def test_step_view_marks_the_step_whose_call_failed() -> None:
 
 def test_shards_of_schema_version_1_are_read_through_the_migration(tmp_path: Path) -> None:
     row = Trajectory(id="old", task_id="t", domain="math", goal="g")
-    table = pa.Table.from_batches([to_batch([row])]).drop_columns(["step_diffs"])
+    table = pa.Table.from_batches([to_batch([row])]).drop_columns(["step_diffs", "env_version"])
     table = table.replace_schema_metadata({b"trajsynth.schema_version": b"1"})
     pq.write_table(table, tmp_path / "part-00000.parquet")
-    assert read_records(tmp_path)[0].step_diffs == []
+    old = read_records(tmp_path)[0]
+    assert (old.step_diffs, old.env_version) == ([], "")
     assert read_table(tmp_path, columns=["id", "step_diffs"]).to_pylist() == [
         {"id": "old", "step_diffs": []}
     ]

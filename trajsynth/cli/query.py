@@ -107,3 +107,31 @@ def _cell(value: object) -> str:
         return "-"
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 60 else text[:60] + "…"
+
+
+@app.command()
+def expire(
+    path: Annotated[str, typer.Argument(help="Shard file, folder or glob (or s3://…).")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Output folder.")],
+    relabel: Annotated[
+        bool,
+        typer.Option(
+            "--relabel",
+            help="Keep rows that no longer hold, marked success: false (failure_layer: "
+            "expired), instead of moving them to OUT/expired.",
+        ),
+    ] = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="defaults.env.… as the rows' run had it, or KEY=VALUE."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """Replay the rows whose environment (tool specs, code, data) changed since they were
+    played; those that no longer hold go to OUT/expired (or, --relabel, stay marked failed),
+    the others are stamped with the current version."""
+    from ..core.location import as_path
+    from .run import run_single_stage
+
+    sets = [*(set_ or []), *(["relabel=true"] if relabel else [])]
+    run_single_stage("expire", [as_path(path)], as_path(out), sets, quiet=quiet)

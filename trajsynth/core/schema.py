@@ -5,7 +5,8 @@ A row is one trajectory (or one task: a row whose ``messages`` are still empty).
 groups (docs/architecture.md, "The trajectory record"):
 
 - identity: ``id`` (a hash of the inputs that produced the row), ``schema_version``
-- task: ``task_id``, ``goal``, ``domain``, ``capabilities``, ``ground_truth`` (JSON)
+- task: ``task_id``, ``goal``, ``domain``, ``env_version`` (the environment's version the
+  row was played in), ``capabilities``, ``ground_truth`` (JSON)
 - tools: ``tools`` (JSON, the OpenAI ``tools`` list offered to the model)
 - conversation: ``messages`` in the OpenAI chat format
 - per-step annotations, one entry per assistant message: ``step_rewards``, ``step_flags``,
@@ -148,6 +149,12 @@ class Trajectory(BaseModel):
     task_id: str = Field(description="Id of the task this trajectory attempts.")
     goal: str = Field(default="", description="The user's request (first turn or whole goal).")
     domain: str = Field(default="", description="Tool domain or toolset name.")
+    env_version: str = Field(
+        default="",
+        description="Version of the domain's environment the row was played in: a hash of its "
+        "tool specs, the code that runs them and their data (EnvFactory.version); '' when not "
+        "recorded. `trajsynth expire` replays rows whose environment changed since.",
+    )
     capabilities: list[str] = Field(
         default_factory=list, description="Capability tags, e.g. dependent_calls, parallel_calls."
     )

@@ -42,6 +42,7 @@ and stops the sandbox.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from pathlib import Path
 from typing import Any, Literal
@@ -215,11 +216,56 @@ class EnvFactory:
         self.answers = AnswerCache()
         self._mcp: dict[str, MCPServer] = {}
         self._mcp_lock = threading.Lock()
+        self._versions: dict[str, str] = {}
 
     def toolset_config(self, domain: str) -> ToolsetConfig:
         """How an imported toolset is executed (a bare path: simulated)."""
         raw = self.config.toolsets[domain]
         return ToolsetConfig(file=raw) if isinstance(raw, str) else raw
+
+    # -- versions -------------------------------------------------------------------------
+    def version(self, domain: str) -> str:
+        """The version of ``domain``'s environment: a hash of its tool specs (as offered),
+        the source files of the code that runs them (a built-in domain's module, a `code`
+        toolset's modules, an MCP server's command and the script it names), and their data
+        (the toolset file, the recorded results). A row played in another version may no
+        longer hold (``trajsynth expire``)."""
+        with self._lock:
+            known = self._versions.get(domain)
+        if known is not None:
+            return known
+        import inspect
+        import shlex
+
+        from ..core.ids import file_fingerprint, stable_hash
+
+        parts: dict[str, Any] = {"tools": self.toolset(domain).model_dump(mode="json")}
+        files: list[str] = []
+        if domain in self.config.toolsets:
+            tc = self.toolset_config(domain)
+            parts["config"] = tc.model_dump(mode="json", exclude={"file"})
+            for target in tc.code:
+                module = importlib.import_module(target.split(":", 1)[0])
+                files.append(inspect.getsourcefile(module) or "")
+            command = tc.mcp.command if tc.mcp is not None else None
+            if command:
+                words = command if isinstance(command, list) else shlex.split(command)
+                files += [w for w in words if Path(w).is_file()]
+            if tc.file:
+                files.append(tc.file)
+        else:  # a built-in domain: the modules of its state builder and its tools
+            d = get_domain(domain)
+            fns = [d.build_state, *(t.fn for t in d.tools)]
+            files += sorted({inspect.getsourcefile(f) or "" for f in fns if inspect.isfunction(f)})
+        if self.config.records:
+            files.append(str(self.config.records))
+        parts["files"] = [
+            (Path(f).name, file_fingerprint(f) if Path(f).is_file() else None) for f in files if f
+        ]
+        version = stable_hash(parts)[:16]
+        with self._lock:
+            self._versions[domain] = version
+        return version
 
     # -- what is offered ----------------------------------------------------------------
     def domains(self) -> list[str]:
