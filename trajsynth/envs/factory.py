@@ -53,6 +53,7 @@ from ..core.config import StrictModel
 from ..core.errors import ConfigError
 from .base import Environment
 from .domains import BUILTIN_DOMAINS, example_tasks, get_domain
+from .http import HTTPConfig, HTTPEnvironment, HTTPProxy
 from .mcp import MCPConfig, MCPEnvironment, MCPServer
 from .recording import Recorder, RecordingEnvironment, ReplayEnvironment
 from .sandbox import Sandbox, SandboxConfig
@@ -81,11 +82,12 @@ class ToolsetConfig(StrictModel):
         default_factory=list,
         description="Tool names left out of the toolset (e.g. names a benchmark uses).",
     )
-    backend: Literal["simulated", "code", "mcp", "replay"] = Field(
+    backend: Literal["simulated", "code", "mcp", "replay", "http"] = Field(
         default="simulated",
         description="simulated: a stateful simulator answers in each tool's output schema; "
         "code: the Python classes in `code` run the calls; mcp: the MCP server in `mcp` "
-        "runs them; replay: recorded results only.",
+        "runs them; replay: recorded results only; http: the OpenAPI operations in `file` are "
+        "called over HTTP through the allowlist and record/replay cache of `http`.",
     )
     code: list[str] = Field(
         default_factory=list,
@@ -94,6 +96,10 @@ class ToolsetConfig(StrictModel):
     )
     mcp: MCPConfig | None = Field(
         default=None, description="For `mcp`: the server ({command} for stdio, or {url})."
+    )
+    http: HTTPConfig | None = Field(
+        default=None,
+        description="For `http`: the allowed hosts, the record/replay cache and its mode.",
     )
     tools: dict[str, Literal["simulated", "code", "mcp"]] = Field(
         default_factory=dict,
@@ -132,6 +138,8 @@ class ToolsetConfig(StrictModel):
                 raise ValueError(f"{who} needs `code`: the implementing classes")
             if backend == "mcp" and self.mcp is None:
                 raise ValueError(f"{who} needs `mcp`: {{command: ...}} or {{url: ...}}")
+            if backend == "http" and (self.http is None or not self.file):
+                raise ValueError(f"{who} needs `file` (OpenAPI tool specs) and `http` settings")
             if backend in ("simulated", "replay") and not self.file:
                 raise ValueError(f"{who} needs `file`: the tool specs")
         return self
@@ -217,6 +225,7 @@ class EnvFactory:
         self._mcp: dict[str, MCPServer] = {}
         self._mcp_lock = threading.Lock()
         self._versions: dict[str, str] = {}
+        self._http: dict[str, HTTPProxy] = {}
 
     def toolset_config(self, domain: str) -> ToolsetConfig:
         """How an imported toolset is executed (a bare path: simulated)."""
@@ -243,7 +252,10 @@ class EnvFactory:
         files: list[str] = []
         if domain in self.config.toolsets:
             tc = self.toolset_config(domain)
-            parts["config"] = tc.model_dump(mode="json", exclude={"file"})
+            # how calls are cached or replayed is not what they do: not part of the version
+            parts["config"] = tc.model_dump(
+                mode="json", exclude={"file": True, "http": {"mode", "cache", "timeout_s"}}
+            )
             for target in tc.code:
                 module = importlib.import_module(target.split(":", 1)[0])
                 files.append(inspect.getsourcefile(module) or "")
@@ -398,6 +410,19 @@ class EnvFactory:
             self._python_exec = make_python_exec(self.sandbox)
         return self._python_exec
 
+    def http_proxy(self, domain: str) -> HTTPProxy:
+        """The allowlist and cache every call of an ``http`` toolset goes through (one per
+        toolset per process; its server checked against the allowlist first)."""
+        with self._lock:
+            proxy = self._http.get(domain)
+        if proxy is None:
+            config = self.toolset_config(domain).http
+            assert config is not None
+            config.check(self.toolset(domain), domain)
+            with self._lock:
+                proxy = self._http.setdefault(domain, HTTPProxy(config))
+        return proxy
+
     def mcp_server(self, domain: str) -> MCPServer:
         """The connection to a toolset's MCP server (made on first use, shared)."""
         with self._mcp_lock:
@@ -447,6 +472,17 @@ class EnvFactory:
             env = CodeEnvironment(
                 domain,
                 self.toolset_config(domain).code,
+                self.toolset(domain),
+                seed=seed,
+                initial_state=initial_state,
+                validate_arguments=cfg.validate_arguments,
+                **common,
+            )
+            return RecordingEnvironment(env, self.recorder) if cfg.recording == "record" else env
+        if backend == "http":
+            env = HTTPEnvironment(
+                domain,
+                self.http_proxy(domain),
                 self.toolset(domain),
                 seed=seed,
                 initial_state=initial_state,
