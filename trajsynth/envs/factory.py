@@ -52,6 +52,7 @@ from pydantic import Field, ValidationError, model_validator
 from ..core.config import StrictModel
 from ..core.errors import ConfigError
 from .base import Environment
+from .domain import Domain
 from .domains import BUILTIN_DOMAINS, example_tasks, get_domain
 from .http import HTTPConfig, HTTPEnvironment, HTTPProxy
 from .mcp import MCPConfig, MCPEnvironment, MCPServer
@@ -157,6 +158,12 @@ class EnvConfig(StrictModel):
         "{file, backend: simulated | code | mcp | replay, code: [import paths], mcp: {...}, "
         "tools: {tool: backend}}.",
     )
+    search: dict[str, str] = Field(
+        default_factory=dict,
+        description="Search domains: name → a folder (or file) of documents (.txt, .md, or "
+        "JSONL of {id, title, text}) searched with BM25 by the tools search and "
+        "open_document (trajsynth.envs.search).",
+    )
     python_exec: bool = Field(
         default=False, description="Offer the sandboxed python_exec tool in built-in domains."
     )
@@ -210,6 +217,9 @@ class EnvFactory:
         clash = set(self.config.toolsets) & set(BUILTIN_DOMAINS)
         if clash:
             raise ConfigError(f"toolsets {sorted(clash)} clash with built-in domain names")
+        clash = set(self.config.search) & (set(BUILTIN_DOMAINS) | set(self.config.toolsets))
+        if clash:
+            raise ConfigError(f"search domains {sorted(clash)} clash with other domain names")
         if self.config.recording == "replay" and not self.config.records:
             raise ConfigError("recording: replay needs `records` (a recorded results file)")
         self._lock = threading.Lock()
@@ -226,6 +236,7 @@ class EnvFactory:
         self._mcp_lock = threading.Lock()
         self._versions: dict[str, str] = {}
         self._http: dict[str, HTTPProxy] = {}
+        self._search: dict[str, Domain] = {}
 
     def toolset_config(self, domain: str) -> ToolsetConfig:
         """How an imported toolset is executed (a bare path: simulated)."""
@@ -266,7 +277,11 @@ class EnvFactory:
             if tc.file:
                 files.append(tc.file)
         else:  # a built-in domain: the modules of its state builder and its tools
-            d = get_domain(domain)
+            d = self._domain(domain)
+            if domain in self.config.search:  # and the documents it searches
+                from .search import collection_version
+
+                parts["collection"] = collection_version(self.config.search[domain])
             fns = [d.build_state, *(t.fn for t in d.tools)]
             files += sorted({inspect.getsourcefile(f) or "" for f in fns if inspect.isfunction(f)})
         if self.config.records:
@@ -283,7 +298,7 @@ class EnvFactory:
     def domains(self) -> list[str]:
         """Every domain name ``make`` accepts."""
         builtin = self.config.domains if self.config.domains is not None else list(BUILTIN_DOMAINS)
-        return [*builtin, *self.config.toolsets]
+        return [*builtin, *self.config.toolsets, *self.config.search]
 
     def _check(self, domain: str) -> None:
         if domain not in self.domains():
@@ -317,10 +332,24 @@ class EnvFactory:
                     ts = _without(ts, [*tc.exclude, *benchmark])
                     self._toolsets[domain] = ts.model_copy(update={"name": domain})
             return self._toolsets[domain]
-        ts = _without(get_domain(domain).toolset(), sorted(self._benchmark_names()))
+        ts = _without(self._domain(domain).toolset(), sorted(self._benchmark_names()))
         if self.config.python_exec:
             ts = ts.merged(Toolset(tools=[self._python_exec_tool().spec]))
         return ts
+
+    def _domain(self, domain: str) -> Domain:
+        """A built-in domain, or a search domain over its documents (built once)."""
+        if domain not in self.config.search:
+            return get_domain(domain)
+        with self._lock:
+            found = self._search.get(domain)
+        if found is None:
+            from .search import search_domain
+
+            found = search_domain(domain, self.config.search[domain])
+            with self._lock:
+                found = self._search.setdefault(domain, found)
+        return found
 
     def _benchmark_names(self) -> frozenset[str]:
         """The tool names ``decontaminate`` leaves out (read once)."""
@@ -502,7 +531,7 @@ class EnvFactory:
             )
             return RecordingEnvironment(env, self.recorder) if cfg.recording == "record" else env
         extra = [self._python_exec_tool()] if cfg.python_exec else None
-        env = get_domain(domain).make(
+        env = self._domain(domain).make(
             seed=seed,
             initial_state=initial_state,
             extra_tools=extra,
