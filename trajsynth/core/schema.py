@@ -295,6 +295,8 @@ class Trajectory(BaseModel):
         with this row, which is safe because rows are never edited in place.
         """
         data = {**self.__dict__, **changes}
+        if "messages" in changes and "step_diffs" not in changes:
+            data["step_diffs"] = []  # the parent's state changes belong to its own steps
         return Trajectory.model_validate(data)
 
     # --- Arrow conversion ------------------------------------------------------------

@@ -233,7 +233,15 @@ class LocalExecutor(Executor):
             mp_ctx = mp.get_context(method)
             if method == "forkserver":
                 mp_ctx.set_forkserver_preload(["trajsynth.pipeline.executors"])
-            self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp_ctx)
+            # a forkserver started earlier in this process (a notebook, a test session) would
+            # hand its workers the environment of that moment: they get this one (object
+            # storage credentials and endpoints set since, the scratch folder)
+            self._pool = cf.ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=mp_ctx,
+                initializer=_take_environment,
+                initargs=(dict(os.environ),),
+            )
         return self._pool
 
     def run_units(
@@ -275,6 +283,12 @@ class LocalExecutor(Executor):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _take_environment(env: dict[str, str]) -> None:
+    """A pool worker's environment: the driver's when it made the pool."""
+    os.environ.clear()
+    os.environ.update(env)
 
 
 class RayExecutor(Executor):
