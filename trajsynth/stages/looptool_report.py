@@ -8,15 +8,26 @@ dataset rows (``extra["looptool"]``: origin and the iteration that made them; ro
 it are the initial seed data).
 
 1) accuracy (LoopTool's mastered share: exact multiset match at every step) per iteration,
-   policy, set and capability;
+   policy, set and capability, each with its 95% bootstrap interval over the probe tasks
+   (:func:`~trajsynth.quality.intervals.mean_interval`);
 2) the capabilities GCP flagged as weak: in the first iteration's probe of the training data,
    those at or below the student's overall accuracy there;
 3) data counts by origin: the data each iteration trained on (iteration 1: the seed data;
    iteration k: what iteration k − 1 assembled) and what each iteration assembled;
-4) ``report.json`` (``iterations: [{iteration, student: {capability: accuracy}, teacher:
-   {...}, counts: {...}, ...}]``), ``report.md`` (the same as tables) and ``report.png``
-   (student vs teacher accuracy on the held-out probe set across iterations, and the data
-   composition) in the stage's artifacts folder and in the run folder.
+4) ``report.json`` (``iterations: [{iteration, student: {capability: accuracy},
+   student_ci: {capability: [low, high]}, teacher: {...}, counts: {...}, ...}]``),
+   ``report.md`` (the same as tables) and ``report.png`` (student vs teacher accuracy on the
+   held-out probe set across iterations, and the data composition) in the stage's artifacts
+   folder and in the run folder;
+5) the static baseline (a ``gcp`` stage with ``probe_set: static``) against the last
+   iteration on the same tasks: loop − static overall and per capability with the paired
+   bootstrap interval (:func:`~trajsynth.quality.intervals.paired_difference`), and the
+   verdict it supports (``verdict``: the loop beats the static data only when the whole
+   interval is above 0);
+6) where rows carry ``label_noise``'s truth: JGLV's precision and recall against it, per
+   iteration and in total (``label_noise``);
+7) ``sections``: further report sections (``{"title", "lines"}``, lines of markdown) that a
+   caller adds to the report dict before rendering; ``report.md`` prints them at its end.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ from pydantic import Field
 
 from ..core.batch import to_records
 from ..core.schema import Trajectory
+from ..quality.intervals import mean_interval, paired_difference
+from .common.label_noise import noise_of
 from .common.looptool import ORIGINS
 from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
@@ -59,22 +72,141 @@ class LoopToolReportConfig(StageConfig):
     copy_to_run: bool = Field(True, description="Also write the files into the run folder.")
 
 
-def _acc(rows: list[Trajectory], metric: str = "exact_match") -> dict[str, float]:
+def _scores(rows: list[Trajectory], metric: str) -> dict[str, list[float]]:
+    """Per capability (and ``overall``) the per-task scores of ``metric``."""
     per: dict[str, list[float]] = defaultdict(list)
     values = [float((r.reward_components or {}).get(metric, 0.0)) for r in rows]
     for r, v in zip(rows, values, strict=True):
         for cap in r.capabilities or ["untagged"]:
             per[cap].append(v)
-    out = {c: round(sum(v) / len(v), 4) for c, v in sorted(per.items())}
+    out = dict(sorted(per.items()))
     if rows:
-        out["overall"] = round(sum(values) / len(values), 4)
+        out["overall"] = values
     return out
+
+
+def _acc(rows: list[Trajectory], metric: str = "exact_match") -> dict[str, float]:
+    return {c: round(sum(v) / len(v), 4) for c, v in _scores(rows, metric).items()}
+
+
+def _ci(rows: list[Trajectory], metric: str) -> dict[str, list[float | None]]:
+    """Step 1's 95% bootstrap interval of every accuracy (resampling the probe tasks)."""
+    return {c: list(mean_interval(v)[1]) for c, v in _scores(rows, metric).items()}
+
+
+def _paired(
+    loop: list[Trajectory], static: list[Trajectory]
+) -> tuple[list[Trajectory], list[Trajectory]] | None:
+    """The two students' episodes on the same probe tasks, in the same order (by task id),
+    or None when they were not probed on the same tasks."""
+    a = sorted(loop, key=lambda r: r.task_id)
+    b = sorted(static, key=lambda r: r.task_id)
+    if not a or [r.task_id for r in a] != [r.task_id for r in b]:
+        return None
+    return a, b
+
+
+def _difference(
+    loop: list[Trajectory], static: list[Trajectory], metric: str
+) -> dict[str, dict[str, Any]]:
+    """Step 5: loop − static per capability and overall on the same tasks, with the paired
+    bootstrap interval."""
+    paired = _paired(loop, static)
+    if paired is None:
+        return {}
+    a, b = _scores(paired[0], metric), _scores(paired[1], metric)
+    out = {}
+    for c in a:
+        diff, ci = paired_difference(a[c], b[c])
+        out[c] = {"difference": diff, "ci": list(ci), "tasks": len(a[c])}
+    return out
+
+
+def _verdict(diff: dict[str, Any] | None) -> str:
+    """Whether the loop beats the static data, in words, from the overall difference's
+    interval."""
+    if not diff or diff["ci"][0] is None:
+        return "not measured"
+    lo, hi = diff["ci"]
+    if lo > 0:
+        return "the loop beats the static data"
+    if hi < 0:
+        return "the static data beats the loop"
+    return "no difference the probe set can detect"
 
 
 def _weak_mean(acc: dict[str, float], weak: list[str]) -> float | None:
     """Mean accuracy over the weak capabilities the probe set has tasks for."""
     vals = [acc[c] for c in weak if c in acc]
     return round(sum(vals) / len(vals), 4) if vals else None
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def _label_noise(
+    episodes: dict[tuple[str, str, int], list[Trajectory]],
+    data: list[Trajectory],
+    made: dict[int, list[Trajectory]],
+    iterations: list[int],
+) -> dict[str, Any] | None:
+    """Step 6: JGLV against the truth ``label_noise`` kept on the rows (None when no row
+    carries it). Per iteration: the wrong labels in the data the student trained on, in what
+    GCP probed, and those the student failed at the wrong step (what JGLV can judge); the
+    labels JGLV replaced (``relabelled``), the wrong ones among them (``found``) and the right
+    ones (``false_alarms``). Precision = found / relabelled; recall = found / wrong labels
+    GCP probed (JGLV only sees what GCP probed)."""
+    if not any(noise_of(r.extra) for r in data) and not any(
+        noise_of(r.extra) for v in episodes.values() for r in v
+    ):
+        return None
+    seed = made.get(0, [])
+    out_iters = []
+    totals: Counter[str] = Counter()
+    for k in iterations:
+        trained = made.get(k - 1, [])
+        probed = episodes.get(("student", "data", k), [])
+        noisy = [e for e in probed if noise_of(e.extra)]
+        judged = []
+        for e in noisy:
+            gcp, noise = (e.extra or {}).get("gcp") or {}, noise_of(e.extra) or {}
+            if gcp.get("status") == "failed" and gcp.get("step") == noise.get("step"):
+                judged.append(e)
+        judged_ids = {e.parent_ids[0] for e in judged if e.parent_ids}
+        relabelled = [r for r in made.get(k, []) if r.method == "jglv"]
+        found = sum(1 for r in relabelled if r.parent_ids and r.parent_ids[0] in judged_ids)
+        counts = {
+            "trained_on": len(trained),
+            "trained_on_noisy": sum(1 for r in trained if noise_of(r.extra)),
+            "probed": len(probed),
+            "probed_noisy": len(noisy),
+            "judged_noisy": len(judged),
+            "relabelled": len(relabelled),
+            "found": found,
+            "false_alarms": len(relabelled) - found,
+        }
+        totals.update(counts)
+        out_iters.append(
+            {
+                "iteration": k,
+                **counts,
+                "precision": _ratio(found, len(relabelled)),
+                "recall": _ratio(found, len(noisy)),
+            }
+        )
+    return {
+        "seed_rows": len(seed),
+        "seed_noisy": sum(1 for r in seed if noise_of(r.extra)),
+        "rate": _ratio(sum(1 for r in seed if noise_of(r.extra)), len(seed)),
+        "kinds": dict(Counter(noise_of(r.extra)["kind"] for r in seed if noise_of(r.extra))),  # type: ignore[index]
+        "iterations": out_iters,
+        "total": {
+            **dict(totals),
+            "precision": _ratio(totals["found"], totals["relabelled"]),
+            "recall": _ratio(totals["found"], totals["probed_noisy"]),
+        },
+    }
 
 
 def build_report(
@@ -106,10 +238,12 @@ def build_report(
         c for c, a in first_acc.items() if c != "overall" and a <= first_acc.get("overall", 0.0)
     )
     # 3) counts by origin
+    made_rows: dict[int, list[Trajectory]] = defaultdict(list)
     made: dict[int, Counter[str]] = defaultdict(Counter)
     for r in data:
         lt = (r.extra or {}).get("looptool")
         made[lt["iteration"] if lt else 0][lt["origin"] if lt else "seed"] += 1
+        made_rows[lt["iteration"] if lt else 0].append(r)
     out_iters = []
     for k in iterations:
         trained = made.get(k - 1, Counter())
@@ -118,7 +252,9 @@ def build_report(
             {
                 "iteration": k,
                 "student": _acc(probe, metric),
+                "student_ci": _ci(probe, metric),
                 "teacher": teacher,
+                "teacher_ci": _ci(teacher_rows, metric),
                 "student_exact_match": _acc(probe, "exact_match"),
                 "student_tool_match": _acc(probe, "tool_match"),
                 "teacher_exact_match": _acc(teacher_rows, "exact_match"),
@@ -144,11 +280,19 @@ def build_report(
     if baseline and out_iters:
         base_acc = _acc(baseline, metric)
         last = out_iters[-1]["student"]
+        # 5) the paired difference on the same tasks
+        diff = _difference(
+            episodes.get(("student", probe_set, iterations[-1]), []), baseline, metric
+        )
         static = {
             "student": base_acc,
+            "student_ci": _ci(baseline, metric),
             "student_tool_match": _acc(baseline, "tool_match"),
             "tasks": len(baseline),
             "loop_minus_static": round(last.get("overall", 0.0) - base_acc.get("overall", 0.0), 4),
+            "loop_minus_static_ci": (diff.get("overall") or {}).get("ci", [None, None]),
+            "loop_minus_static_by_capability": diff,
+            "verdict": _verdict(diff.get("overall")),
             "loop_minus_static_weak": (
                 round(_weak_mean(last, weak) - _weak_mean(base_acc, weak), 4)  # type: ignore[operator]
                 if _weak_mean(last, weak) is not None and _weak_mean(base_acc, weak) is not None
@@ -161,46 +305,87 @@ def build_report(
         "probe_tasks": len(episodes.get(("student", probe_set, iterations[0]), []))
         if iterations
         else 0,
+        "probe_tasks_by_capability": {
+            c: len(v)
+            for c, v in _scores(
+                episodes.get(("student", probe_set, iterations[0]), []) if iterations else [],
+                metric,
+            ).items()
+        },
         "weak_capabilities": weak,
         "iterations": out_iters,
         "student_by_capability": rising,
         "weak_capabilities_change": weak_rise,
         "static_baseline": static,
+        "label_noise": _label_noise(episodes, data, made_rows, iterations),
+        # further sections (title + markdown lines), rendered at the end of report.md
+        "sections": [],
     }
+
+
+def _cell(value: float | None, ci: list[float | None] | None) -> str:
+    """An accuracy and its interval, e.g. ``0.42 [0.28, 0.56]``."""
+    if value is None:
+        return "-"
+    if not ci or ci[0] is None:
+        return f"{value:.2f}"
+    return f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def _signed(value: float | None, ci: list[float | None] | None) -> str:
+    if value is None:
+        return "-"
+    if not ci or ci[0] is None:
+        return f"{value:+.2f}"
+    return f"{value:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _markdown(report: dict[str, Any]) -> str:
     its = report["iterations"]
+    static = report.get("static_baseline")
     caps = sorted(
         {c for it in its for c in it["student"]} | {c for it in its for c in it["teacher"]}
     )
+    caps = [c for c in caps if c != "overall"] + (["overall"] if "overall" in caps else [])
     weak = (
         ", ".join(c if c in caps else f"{c} (no probe task)" for c in report["weak_capabilities"])
         or "none"
     )
+    tasks = report.get("probe_tasks_by_capability") or {}
     lines = [
         "# LoopTool report",
         "",
-        f"Held-out probe set: {report['probe_tasks']} tasks; accuracy = {report['metric']}. "
+        f"Held-out probe set: {report['probe_tasks']} tasks; accuracy = {report['metric']}, "
+        "each with its 95% bootstrap interval over the probe tasks. "
         f"Weak capabilities (GCP, iteration 1): {weak}.",
         "",
-        "| capability | "
+        "| capability (probe tasks) | "
         + " | ".join(f"student it{it['iteration']}" for it in its)
+        + (" | static baseline" if static else "")
         + " | teacher |",
-        "|---|" + "---|" * (len(its) + 1),
+        "|---|" + "---|" * (len(its) + 1 + bool(static)),
     ]
     teacher = its[0]["teacher"] if its else {}
+    teacher_ci = its[0].get("teacher_ci", {}) if its else {}
     for c in caps:
-        cells = [f"{it['student'].get(c, float('nan')):.2f}" for it in its]
-        weak = " (weak)" if c in report["weak_capabilities"] else ""
-        lines.append(
-            f"| {c}{weak} | " + " | ".join(cells) + f" | {teacher.get(c, float('nan')):.2f} |"
-        )
+        cells = [_cell(it["student"].get(c), it.get("student_ci", {}).get(c)) for it in its]
+        if static:
+            cells.append(_cell(static["student"].get(c), static.get("student_ci", {}).get(c)))
+        cells.append(_cell(teacher.get(c), teacher_ci.get(c)))
+        name = c + (" (weak)" if c in report["weak_capabilities"] else "")
+        if c in tasks:
+            name += f" ({tasks[c]})"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     tm = [it.get("student_tool_match", {}).get("overall") for it in its]
     if report["metric"] != "tool_match" and all(v is not None for v in tm):
+        static_tm = [_pct(static.get("student_tool_match", {}).get("overall"))] if static else []
         lines.append(
             "| overall, tool_match | "
-            + " | ".join(f"{v:.2f}" for v in tm)
+            + " | ".join([f"{v:.2f}" for v in tm] + static_tm)
             + f" | {_teacher_tool(its):s} |"
         )
     change = report.get("weak_capabilities_change")
@@ -211,7 +396,6 @@ def _markdown(report: dict[str, Any]) -> str:
             f"{its[0]['iteration']} → {change['last']:.2f} in iteration {its[-1]['iteration']} "
             f"({change['change']:+.2f}).",
         ]
-    static = report.get("static_baseline")
     if static:
         overall = static["student"].get("overall", 0.0)
         weak_line = (
@@ -219,13 +403,40 @@ def _markdown(report: dict[str, Any]) -> str:
             if static.get("loop_minus_static_weak") is not None
             else ""
         )
+        diff = _signed(static["loop_minus_static"], static.get("loop_minus_static_ci"))
         lines += [
             "",
             f"Static baseline (the same student and training budget on as many plain "
             f"teacher rows as the loop trained on): {report['metric']} {overall:.2f} on the "
             f"probe set; the loop's last iteration against it: "
-            f"{static['loop_minus_static']:+.2f}{weak_line}.",
+            f"{static['loop_minus_static']:+.2f}{weak_line}. Loop − static on the same "
+            f"{static['tasks']} tasks, with its paired bootstrap interval: {diff}: "
+            f"{static.get('verdict', 'not measured')}.",
         ]
+    noise = report.get("label_noise")
+    if noise:
+        total = noise["total"]
+        lines += [
+            "",
+            f"Label noise: {noise['seed_noisy']} of the {noise['seed_rows']} seed rows "
+            f"({_pct(noise['rate'])}) carry a wrong label (`label_noise`: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(noise["kinds"].items()))
+            + "). JGLV against that truth: precision "
+            f"{_pct(total['precision'])} ({total['found']} of {total['relabelled']} labels it "
+            f"replaced were wrong), recall {_pct(total['recall'])} ({total['found']} of the "
+            f"{total['probed_noisy']} wrong labels GCP probed).",
+            "",
+            "| iteration | trained on (wrong) | probed (wrong) | failed at the wrong step "
+            "| relabelled | found | false alarms | precision | recall |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for it in noise["iterations"]:
+            lines.append(
+                f"| {it['iteration']} | {it['trained_on']} ({it['trained_on_noisy']}) | "
+                f"{it['probed']} ({it['probed_noisy']}) | {it['judged_noisy']} | "
+                f"{it['relabelled']} | {it['found']} | {it['false_alarms']} | "
+                f"{_pct(it['precision'])} | {_pct(it['recall'])} |"
+            )
     lines += [
         "",
         "| iteration | trained on: " + " | ".join(ORIGINS) + " |",
@@ -235,6 +446,8 @@ def _markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {it['iteration']} | " + " | ".join(str(it["counts"][o]) for o in ORIGINS) + " |"
         )
+    for section in report.get("sections") or []:
+        lines += ["", f"## {section['title']}", "", *section["lines"]]
     return "\n".join(lines) + "\n"
 
 
