@@ -40,6 +40,7 @@ SMALL = [
     "stages.tasks.with.tasks_per_domain=16",
     "stages.split.with.eval_fraction=0.4",
     "stages.teacher.with.n=1",
+    "stages.noisy.with.rate=0.5",
     "stages.round.iterations=2",
     f"stages.round.stages.train.with.sft={TINY_SFT}",
     "stages.round.stages.train.with.warm_epochs=1",
@@ -77,6 +78,19 @@ def check_report(run: Path, iterations: int) -> dict:
         assert 0.0 <= static["student"]["overall"] <= 1.0
         last = report["iterations"][-1]["student"]["overall"]
         assert static["loop_minus_static"] == pytest.approx(last - static["student"]["overall"])
+    # every accuracy with its interval; JGLV measured against the injected wrong labels
+    for it in report["iterations"]:
+        assert set(it["student_ci"]) == set(it["student"])
+        for c, (lo, hi) in it["student_ci"].items():
+            assert lo is None or lo <= it["student"][c] <= hi
+    noise = report["label_noise"]
+    assert noise["seed_noisy"] > 0 and 0 < noise["rate"] <= 1
+    for it in noise["iterations"]:
+        assert it["found"] + it["false_alarms"] == it["relabelled"]
+        assert it["judged_noisy"] <= it["probed_noisy"] <= it["probed"]
+    final = report["final_dataset"]
+    assert final["rows"] == len(read_records(run / "final"))
+    assert sum(final["difficulty"].values()) == final["rows"]
     assert (run / "report.md").read_text().startswith("# LoopTool report")
     return report
 

@@ -96,15 +96,17 @@ def test_wrong_labels_pass_verification_and_keep_the_truth_aside() -> None:
 
 
 def test_the_rate_is_seeded_per_row() -> None:
-    """The same rows get the same errors on every run, whatever the batch order; the rate is
-    the share of rows drawn; another seed draws other rows; rate 0 changes nothing."""
+    """The same rows get the same errors on every run, whatever the input order; exactly the
+    rate's share of rows is made wrong (rows that cannot be are passed over); another seed
+    picks other rows; rate 0 changes nothing."""
     many = [r.derive(id=f"{r.id}-{k}") for k in range(10) for r in ROWS]
-    a, _ = noisy(many, rate=0.3)
+    a, ctx = noisy(many, rate=0.3)
     b, _ = noisy(many[::-1], rate=0.3)
+    assert [r.id for r in a] == [r.id for r in many]  # the input order is kept
     pick = {r.id: noise_of(r.extra) for r in a}
     assert pick == {r.id: noise_of(r.extra) for r in b}
-    drawn = sum(1 for v in pick.values() if v)
-    assert 0.15 * len(many) <= drawn <= 0.3 * len(many)  # less the rows that cannot be made wrong
+    assert sum(1 for v in pick.values() if v) == round(0.3 * len(many)) == 63
+    assert ctx.metrics.counters["not_corruptible"] > 0
     c, _ = noisy(many, rate=0.3, seed=1)
     assert {r.id for r in c if noise_of(r.extra)} != {k for k, v in pick.items() if v}
     zero, ctx = noisy(many, rate=0.0)
@@ -287,6 +289,20 @@ def test_report_intervals_paired_difference_and_jglv_precision_recall() -> None:
     assert "| overall (50) | 0.20 [" in text
     assert "paired bootstrap interval: +0.20 [+0." in text
     assert "precision 0.67 (2 of 3 labels it replaced were wrong), recall 0.50" in text
+    # the final dataset (graded rows): 10 easy, 9 medium, 1 hard against 30/50/20
+    graded = [
+        CONVERT.derive(id=f"f{k}", difficulty=d, extra=wrong if k == 0 else {})
+        for k, d in enumerate(["easy"] * 10 + ["medium"] * 9 + ["hard"])
+    ]
+    final = build_report(rows + seed + made + graded)["final_dataset"]
+    assert final["difficulty"] == {"easy": 10, "medium": 9, "hard": 1}
+    assert final["short"] == {"easy": 0, "medium": 1, "hard": 3} and final["wrong_labels"] == 1
+    assert build_report(rows + seed + made + graded)["label_noise"] == noise  # not data rows
+    text = _markdown(build_report(rows + seed + made + graded))
+    assert "Final dataset: 20 rows, 10 easy / 9 medium / 1 hard (50/45/5% against the " in text
+    assert (
+        "target 30/50/20%: medium short by 1, hard short by 3); wrong labels left in it: 1." in text
+    )
     report["sections"].append({"title": "BFCL", "lines": ["a line"]})
     assert _markdown(report).endswith("## BFCL\n\na line\n")
     # a static student no better: the interval includes 0

@@ -4,10 +4,10 @@ and its precision and recall can be measured.
 
 A real generator's wrong label passes every rule: it is a valid call that executes, reaches
 a consistent state and ends in a consistent answer, but it is not what the user asked. The
-seeded simulated teacher never makes that kind of error, so this stage makes it, per row:
+seeded simulated teacher never makes that kind of error, so this stage makes it:
 
-1) draw, from the row's id (seeded: the same rows on every run and sharding), whether the
-   row's label is made wrong, with probability ``rate``;
+1) the rows in a seeded order of their ids (the same rows on every run, whatever the input
+   order or sharding), and as many of them as ``rate`` asks for (``round(rate × rows)``);
 2) the task's last step with calls (no later call depends on what it changes) gets one error
    (:func:`~trajsynth.stages.common.label_noise.corrupt_step`: a wrong ``value``, a
    ``swap`` of two arguments, a ``missing`` optional argument), the first of a seeded
@@ -20,27 +20,36 @@ seeded simulated teacher never makes that kind of error, so this stage makes it,
    argument, the ``clean`` and the ``noisy`` calls. It never reaches what a student reads
    (messages, tools), and rows derived later (EDDE, ECHO) do not inherit it.
 
-Rows keep their id and provenance (they are the teacher's rows, with a wrong label). A row
-drawn for noise whose last step cannot be made wrong and still execute is left clean and
-counted (``not_corruptible``). Metrics: ``rows``, ``injected``, ``injected.<kind>``,
-``not_corruptible``.
+Rows keep their id, order and provenance (they are the teacher's rows, with a wrong label).
+A row whose last step cannot be made wrong and still execute is left clean and counted
+(``not_corruptible``), and the next row in the order is taken instead. Metrics: ``rows``,
+``injected``, ``injected.<kind>``, ``not_corruptible``.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Literal
 
+import pyarrow as pa
 from pydantic import Field
 
-from ..core.ids import seed_from
+from ..core.batch import to_records
+from ..core.ids import seed_from, stable_hash
 from ..core.schema import Trajectory
 from ..core.task import GroundTruth
-from .common.label_noise import KINDS, NOISE_KEY, corrupt_step, last_call_step, step_index
+from .common.label_noise import (
+    KINDS,
+    NOISE_KEY,
+    corrupt_step,
+    last_call_step,
+    noise_of,
+    step_index,
+)
 from .common.looptool import calls_json, run_gold
 from .context import Context
-from .kinds import RowStage, StageConfig
+from .kinds import GlobalStage, Output, StageConfig
 from .registry import register
 
 __all__ = ["LabelNoise", "LabelNoiseConfig"]
@@ -51,8 +60,8 @@ class LabelNoiseConfig(StageConfig):
         0.1,
         ge=0,
         le=1,
-        description="Share of rows whose label is made wrong (LoopTool reports no measured "
-        "rate for its generator; 0.1 by default).",
+        description="Share of rows whose label is made wrong, exactly (LoopTool reports no "
+        "measured rate for its generator; 0.1 by default).",
     )
     kinds: list[Literal["value", "swap", "missing"]] = Field(
         default_factory=lambda: list(KINDS),
@@ -63,53 +72,73 @@ class LabelNoiseConfig(StageConfig):
 
 
 @register
-class LabelNoise(RowStage[LabelNoiseConfig]):
-    """Wrong labels at a seeded rate (value, swap, missing), the truth in extra.label_noise."""
+class LabelNoise(GlobalStage[LabelNoiseConfig]):
+    """Wrong labels at an exact seeded rate (value, swap, missing), the truth in
+    extra.label_noise."""
 
     name = "label_noise"
 
-    def process_row(self, row: Trajectory, ctx: Context) -> Iterable[Trajectory]:
+    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         cfg = self.config
-        ctx.metrics.inc("rows")
-        # 1) the draw
-        r = random.Random(seed_from(ctx.seed, ctx.stage_id, "label_noise", row.id))
+        rows = [r for b in batches for r in to_records(b)]
+        ctx.metrics.inc("rows", len(rows))
+        # 1) the rows, in a seeded order of their ids; as many as the rate asks for
+        target = round(cfg.rate * len(rows))
+        order = sorted(
+            range(len(rows)), key=lambda i: stable_hash([ctx.seed, ctx.stage_id, rows[i].id])
+        )
+        injected = 0
+        for i in order:
+            if injected == target:
+                break
+            wrong = self._corrupt(rows[i], ctx)
+            if wrong is None:
+                ctx.metrics.inc("not_corruptible")
+                continue
+            rows[i] = wrong
+            injected += 1
+            ctx.metrics.inc(f"injected.{noise_of(wrong.extra)['kind']}")  # type: ignore[index]
+        ctx.metrics.inc("injected", injected)
+        if injected < target:
+            ctx.log.warning(
+                "label_noise: %d wrong labels of the %d asked for (the other rows cannot be "
+                "made wrong and still execute)",
+                injected,
+                target,
+            )
+        if rows:
+            yield rows
+
+    def _corrupt(self, row: Trajectory, ctx: Context) -> Trajectory | None:
+        """Steps 2-4 for one row, or None when its last call step cannot be made wrong."""
         gt = GroundTruth.from_json(row.ground_truth)
         where = last_call_step(gt) if gt is not None else None
-        if r.random() >= cfg.rate or gt is None:
-            yield row
-            return
-        # 2) the error
-        noisy = None
-        if where is not None:
-            t, s = where
-            clean = gt.turns[t].steps[s]
-            for calls, record in corrupt_step(clean, row.tools, r, cfg.kinds):
-                turns = [turn.model_copy(deep=True) for turn in gt.turns]
-                steps = list(turns[t].steps)
-                steps[s] = calls
-                turns[t] = turns[t].model_copy(update={"steps": steps})
-                new_gt = gt.model_copy(update={"turns": turns, "final_state_hash": None})
-                # 3) the conversation that follows the wrong label
-                rebuilt = run_gold(row, new_gt, ctx, rehash=True)
-                if rebuilt is None:
-                    continue
-                record = {
-                    "step": step_index(gt, t, s),
-                    **record,
-                    "clean": calls_json(clean),
-                    "noisy": calls_json(calls),
-                }
-                # 4) the truth, kept aside
-                noisy = row.derive(
-                    ground_truth=rebuilt.ground_truth,
-                    messages=rebuilt.messages,
-                    extra={**(row.extra or {}), NOISE_KEY: record},
-                )
-                ctx.metrics.inc("injected")
-                ctx.metrics.inc(f"injected.{record['kind']}")
-                break
-        if noisy is None:
-            ctx.metrics.inc("not_corruptible")
-            yield row
-            return
-        yield noisy
+        if gt is None or where is None:
+            return None
+        r = random.Random(seed_from(ctx.seed, ctx.stage_id, "label_noise", row.id))
+        t, s = where
+        clean = gt.turns[t].steps[s]
+        # 2) the error: the first of a seeded order that still executes
+        for calls, record in corrupt_step(clean, row.tools, r, self.config.kinds):
+            turns = [turn.model_copy(deep=True) for turn in gt.turns]
+            steps = list(turns[t].steps)
+            steps[s] = calls
+            turns[t] = turns[t].model_copy(update={"steps": steps})
+            new_gt = gt.model_copy(update={"turns": turns, "final_state_hash": None})
+            # 3) the conversation that follows the wrong label
+            rebuilt = run_gold(row, new_gt, ctx, rehash=True)
+            if rebuilt is None:
+                continue
+            # 4) the truth, kept aside
+            truth = {
+                "step": step_index(gt, t, s),
+                **record,
+                "clean": calls_json(clean),
+                "noisy": calls_json(calls),
+            }
+            return row.derive(
+                ground_truth=rebuilt.ground_truth,
+                messages=rebuilt.messages,
+                extra={**(row.extra or {}), NOISE_KEY: truth},
+            )
+        return None

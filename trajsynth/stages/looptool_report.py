@@ -5,7 +5,8 @@ arXiv:2511.09148).
 Inputs, told apart by what the stages wrote on them: GCP episode rows (``extra["gcp"]``:
 ``policy`` student or a role such as ``teacher``, ``set`` data or probe, ``iteration``) and
 dataset rows (``extra["looptool"]``: origin and the iteration that made them; rows without
-it are the initial seed data).
+it are the initial seed data); rows with a ``difficulty`` label are the final dataset (the
+``difficulty`` stage graded them).
 
 1) accuracy (LoopTool's mastered share: exact multiset match at every step) per iteration,
    policy, set and capability, each with its 95% bootstrap interval over the probe tasks
@@ -26,13 +27,17 @@ it are the initial seed data).
    interval is above 0);
 6) where rows carry ``label_noise``'s truth: JGLV's precision and recall against it, per
    iteration and in total (``label_noise``);
-7) ``sections``: further report sections (``{"title", "lines"}``, lines of markdown) that a
+7) rows graded by ``difficulty`` (the final dataset, given as one more input) — its
+   easy/medium/hard counts against the target ``mix`` (by how many rows a bucket misses its
+   share) and the wrong labels left in it (``final_dataset``);
+8) ``sections``: further report sections (``{"title", "lines"}``, lines of markdown) that a
    caller adds to the report dict before rendering; ``report.md`` prints them at its end.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -44,6 +49,7 @@ from pydantic import Field
 
 from ..core.batch import to_records
 from ..core.schema import Trajectory
+from ..quality.balance import BUCKETS
 from ..quality.intervals import mean_interval, paired_difference
 from .common.label_noise import noise_of
 from .common.looptool import ORIGINS
@@ -67,6 +73,11 @@ class LoopToolReportConfig(StageConfig):
         description="Probe set name of the static-data baseline (a `gcp` stage with this "
         "`probe_set` probing the baseline student on the held-out tasks); compared with the "
         "last iteration when present.",
+    )
+    mix: tuple[float, float, float] = Field(
+        (0.3, 0.5, 0.2),
+        description="Target shares of easy, medium, hard rows in the final dataset (the "
+        "`balance` stage's mix), against which the report says what the dataset misses.",
     )
     plots: bool = Field(True, description="Write report.png (needs matplotlib).")
     copy_to_run: bool = Field(True, description="Also write the files into the run folder.")
@@ -209,19 +220,43 @@ def _label_noise(
     }
 
 
+def _final(rows: list[Trajectory], mix: tuple[float, float, float]) -> dict[str, Any] | None:
+    """Step 7: the final dataset's difficulty mix against the target, and the wrong labels
+    left in it."""
+    if not rows:
+        return None
+    counts = Counter(r.difficulty for r in rows)
+    total = sum(mix)
+    target = dict(zip(BUCKETS, (m / total for m in mix), strict=True))
+    # rows a bucket lacks for its target share of this many rows (0: met)
+    short = {b: max(0, math.ceil(target[b] * len(rows) - counts.get(b, 0) - 1e-9)) for b in BUCKETS}
+    return {
+        "rows": len(rows),
+        "difficulty": {b: counts.get(b, 0) for b in BUCKETS},
+        "shares": {b: round(counts.get(b, 0) / len(rows), 4) for b in BUCKETS},
+        "target": {b: round(v, 4) for b, v in target.items()},
+        "short": short,
+        "wrong_labels": sum(1 for r in rows if noise_of(r.extra)),
+    }
+
+
 def build_report(
     rows: list[Trajectory],
     probe_set: str = "probe",
     metric: str = "exact_match",
     baseline_set: str = "static",
+    mix: tuple[float, float, float] = (0.3, 0.5, 0.2),
 ) -> dict[str, Any]:
     """Steps 1-3 (and step 4's baseline comparison) as a JSON-ready dict."""
     episodes: dict[tuple[str, str, int], list[Trajectory]] = defaultdict(list)
     data: list[Trajectory] = []
+    final: list[Trajectory] = []
     for r in rows:
         gcp = (r.extra or {}).get("gcp")
         if r.method == "gcp" and gcp:
             episodes[(gcp.get("policy", "student"), gcp.get("set", "data"), r.iteration)].append(r)
+        elif r.difficulty:  # graded: the final dataset
+            final.append(r)
         else:
             data.append(r)
     baseline = [r for (p, s, _), v in episodes.items() if p == "student" and s == baseline_set
@@ -318,6 +353,7 @@ def build_report(
         "weak_capabilities_change": weak_rise,
         "static_baseline": static,
         "label_noise": _label_noise(episodes, data, made_rows, iterations),
+        "final_dataset": _final(final, mix),
         # further sections (title + markdown lines), rendered at the end of report.md
         "sections": [],
     }
@@ -446,6 +482,18 @@ def _markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {it['iteration']} | " + " | ".join(str(it["counts"][o]) for o in ORIGINS) + " |"
         )
+    final = report.get("final_dataset")
+    if final:
+        mix = " / ".join(f"{final['difficulty'][b]} {b}" for b in BUCKETS)
+        shares = "/".join(f"{100 * final['shares'][b]:.0f}" for b in BUCKETS)
+        target = "/".join(f"{100 * final['target'][b]:.0f}" for b in BUCKETS)
+        short = [f"{b} short by {n}" for b, n in final["short"].items() if n]
+        lines += [
+            "",
+            f"Final dataset: {final['rows']} rows, {mix} ({shares}% against the target "
+            f"{target}%: " + (", ".join(short) if short else "the mix is met") + "); "
+            f"wrong labels left in it: {final['wrong_labels']}.",
+        ]
     for section in report.get("sections") or []:
         lines += ["", f"## {section['title']}", "", *section["lines"]]
     return "\n".join(lines) + "\n"
@@ -514,7 +562,7 @@ class LoopToolReport(GlobalStage[LoopToolReportConfig]):
         cfg = self.config
         rows = [r for b in batches for r in to_records(b)]
         # 1-3)
-        report = build_report(rows, cfg.probe_set, cfg.metric, cfg.baseline_set)
+        report = build_report(rows, cfg.probe_set, cfg.metric, cfg.baseline_set, cfg.mix)
         # 4) files
         folder = ctx.artifacts_dir
         (folder / "report.json").write_text(json.dumps(report, indent=2))
