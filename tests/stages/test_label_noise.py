@@ -11,17 +11,19 @@ from typing import Any
 
 import pytest
 
-from trajsynth.core import Trajectory, to_batch, to_records
+from trajsynth.core import Trajectory
 from trajsynth.core.task import GroundTruth
 from trajsynth.envs import EnvFactory
 from trajsynth.envs.verifiers import exact_multiset_reward
 from trajsynth.llm.base import ChatRequest, RawChoice, TokenLogprob
 from trajsynth.llm.scripted import use_scripted
 from trajsynth.quality.intervals import mean_interval, paired_difference
-from trajsynth.stages import Context, ContextSpec, Emit, build_stage
+from trajsynth.stages import Context, ContextSpec
 from trajsynth.stages.common.label_noise import noise_of
 from trajsynth.stages.common.looptool import locate_step
 from trajsynth.train.eval import gold_steps
+
+from .test_looptool import run
 
 FACTORY = EnvFactory()
 ROWS = [
@@ -30,14 +32,6 @@ ROWS = [
     for ex in FACTORY.example_tasks(domain)
 ]
 CONVERT = next(r for r in ROWS if r.task_id == "travel-convert")  # convert_currency(250, EUR→USD)
-
-
-def run(name: str, cfg: dict[str, Any], rows: list[Trajectory], ctx: Context):
-    out: dict[str, list[Trajectory]] = {}
-    for item in build_stage(name, cfg).process(iter([to_batch(rows)]), ctx):
-        key, data = (item.name, item.data) if isinstance(item, Emit) else ("main", item)
-        out.setdefault(key, []).extend(data if isinstance(data, list) else to_records(data))
-    return out
 
 
 def noisy(rows: list[Trajectory], rate: float = 1.0, seed: int = 0, **cfg: Any):

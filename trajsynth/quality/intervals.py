@@ -13,7 +13,7 @@ degenerate; an interval is ``(None, None)`` for fewer than two tasks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy import stats
@@ -44,17 +44,7 @@ def mean_interval(
         return None, (None, None)
     if x.size < 2:
         return _round(x.mean()), (None, None)
-    res = stats.bootstrap(
-        (x,),
-        np.mean,
-        confidence_level=confidence,
-        n_resamples=resamples,
-        method="percentile",
-        vectorized=True,
-        random_state=np.random.default_rng(seed),
-    )
-    ci = res.confidence_interval
-    return _round(x.mean()), (_round(ci.low), _round(ci.high))
+    return _round(x.mean()), _bootstrap((x,), np.mean, False, confidence, resamples, seed)
 
 
 def _diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -83,15 +73,26 @@ def paired_difference(
         return None, (None, None)
     if x.size < 2:
         return _round(x.mean() - y.mean()), (None, None)
-    res = stats.bootstrap(
-        (x, y),
-        _diff,
-        paired=True,
+    return _round(x.mean() - y.mean()), _bootstrap((x, y), _diff, True, confidence, resamples, seed)
+
+
+def _bootstrap(
+    data: tuple[np.ndarray, ...],
+    statistic: Callable[..., np.ndarray],
+    paired: bool,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> Interval:
+    """The seeded percentile interval of ``statistic`` over resampled tasks."""
+    ci = stats.bootstrap(
+        data,
+        statistic,
+        paired=paired,
         confidence_level=confidence,
         n_resamples=resamples,
         method="percentile",
         vectorized=True,
         random_state=np.random.default_rng(seed),
-    )
-    ci = res.confidence_interval
-    return _round(x.mean() - y.mean()), (_round(ci.low), _round(ci.high))
+    ).confidence_interval
+    return _round(ci.low), _round(ci.high)

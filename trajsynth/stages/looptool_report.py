@@ -359,21 +359,13 @@ def build_report(
     }
 
 
-def _cell(value: float | None, ci: list[float | None] | None) -> str:
-    """An accuracy and its interval, e.g. ``0.42 [0.28, 0.56]``."""
+def _cell(value: float | None, ci: list[float | None] | None, fmt: str = ".2f") -> str:
+    """A figure and its interval, e.g. ``0.42 [0.28, 0.56]`` (``fmt`` ``+.2f``: signed)."""
     if value is None:
         return "-"
     if not ci or ci[0] is None:
-        return f"{value:.2f}"
-    return f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
-
-
-def _signed(value: float | None, ci: list[float | None] | None) -> str:
-    if value is None:
-        return "-"
-    if not ci or ci[0] is None:
-        return f"{value:+.2f}"
-    return f"{value:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+        return f"{value:{fmt}}"
+    return f"{value:{fmt}} [{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
 
 
 def _pct(value: float | None) -> str:
@@ -439,7 +431,7 @@ def _markdown(report: dict[str, Any]) -> str:
             if static.get("loop_minus_static_weak") is not None
             else ""
         )
-        diff = _signed(static["loop_minus_static"], static.get("loop_minus_static_ci"))
+        diff = _cell(static["loop_minus_static"], static.get("loop_minus_static_ci"), "+.2f")
         lines += [
             "",
             f"Static baseline (the same student and training budget on as many plain "
