@@ -30,8 +30,12 @@ it are the initial seed data); rows with a ``difficulty`` label are the final da
 7) rows graded by ``difficulty`` (the final dataset, given as one more input) — its
    easy/medium/hard counts against the target ``mix`` (by how many rows a bucket misses its
    share) and the wrong labels left in it (``final_dataset``);
-8) ``sections``: further report sections (``{"title", "lines"}``, lines of markdown) that a
-   caller adds to the report dict before rendering; ``report.md`` prints them at its end.
+8) ``sections``: further report sections (``{"title", "lines"}``, lines of markdown),
+   printed at the end of ``report.md``. The stage adds one for every stage in its ``needs:``
+   whose artifacts hold a benchmark's figures: an ``eval_bfcl`` stage's ``bfcl.json``
+   (:func:`bfcl_section`: accuracy per category of each model it scored, the questions per
+   category, the training data's contamination; the figures also under ``bfcl`` in
+   ``report.json``). A caller of :func:`build_report` may append its own before rendering.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
 from .registry import register
 
-__all__ = ["LoopToolReport", "LoopToolReportConfig", "build_report"]
+__all__ = ["LoopToolReport", "LoopToolReportConfig", "bfcl_section", "build_report"]
 
 
 class LoopToolReportConfig(StageConfig):
@@ -491,6 +495,60 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: keys of ``bfcl.json`` that are not a model's scores
+_BFCL_META = ("limit", "contamination", "trained")
+
+
+def bfcl_section(data: dict[str, Any], stage_id: str = "bfcl") -> dict[str, Any]:
+    """Step 8's section for an ``eval_bfcl`` stage's ``bfcl.json``: one row per model it
+    scored (``base``, then each checkpoint by its training stage's id; ``trained`` is the
+    last of them, so not repeated), a column per category and the ``mean``, how many
+    questions each category had, and the training rows' contamination."""
+    models = {k: v for k, v in data.items() if k not in _BFCL_META and isinstance(v, dict)}
+    if not models and isinstance(data.get("trained"), dict):
+        models = {"trained": data["trained"]}
+    columns: list[str] = []
+    for scores in models.values():
+        columns += [c for c in scores if c not in columns and c != "mean"]
+    if any("mean" in scores for scores in models.values()):
+        columns.append("mean")
+    limit = data.get("limit")
+    per = (
+        f"{limit} questions per category, so one question is {1 / limit:.2f} of a category's "
+        "accuracy"
+        if limit
+        else "every question of each category"
+    )
+    lines = [
+        f"BFCL single-turn, scored by the `{stage_id}` stage (`eval_bfcl`: the project's AST "
+        f"checker, greedy, the checkpoint's own tool template): {per}.",
+        "",
+        "| model | " + " | ".join(columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for name, scores in models.items():
+        cells = [_pct(scores.get(c)) for c in columns]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    found = data.get("contamination")
+    if isinstance(found, dict):
+        lines += [
+            "",
+            f"BFCL single-turn function names or questions in the training rows: "
+            f"{found.get('count', 0)} (in {found.get('rows', 0)} rows).",
+        ]
+    return {"title": "BFCL", "lines": lines}
+
+
+def _needed_sections(report: dict[str, Any], ctx: Context) -> None:
+    """Step 8: the sections of the stages in ``needs:`` that wrote a benchmark's figures."""
+    for stage_id, folder in ctx.spec.artifacts_in.items():
+        path = Path(folder) / "bfcl.json"
+        if path.is_file():
+            data = json.loads(path.read_text())
+            report["bfcl"] = {"stage": stage_id, **data}
+            report["sections"].append(bfcl_section(data, stage_id))
+
+
 def _teacher_tool(its: list[dict[str, Any]]) -> str:
     """The teacher's overall tool_match, when the probe scored it."""
     value = its[0].get("teacher_tool_match", {}).get("overall") if its else None
@@ -555,6 +613,7 @@ class LoopToolReport(GlobalStage[LoopToolReportConfig]):
         rows = [r for b in batches for r in to_records(b)]
         # 1-3)
         report = build_report(rows, cfg.probe_set, cfg.metric, cfg.baseline_set, cfg.mix)
+        _needed_sections(report, ctx)  # 8)
         # 4) files
         folder = ctx.artifacts_dir
         (folder / "report.json").write_text(json.dumps(report, indent=2))
