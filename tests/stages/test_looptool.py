@@ -560,6 +560,20 @@ def test_failure_context_with_a_call_without_arguments() -> None:
     assert "list_values" in _original({"context": context})
 
 
+def _two_probe_episodes() -> list[Trajectory]:
+    """A student's probe episodes on two tasks, one solved: overall accuracy 0.5."""
+    return [
+        CONVERT.derive(
+            id=f"e{k}",
+            method="gcp",
+            iteration=1,
+            reward_components={"exact_match": float(k), "tool_match": 1.0},
+            extra={"gcp": {"policy": "student", "set": "probe"}},
+        )
+        for k in range(2)
+    ]
+
+
 @pytest.mark.parametrize("layout", ["single", "pipeline"])
 def test_report_is_copied_into_the_run_folder_alone_or_in_a_pipeline(
     tmp_path: Path, layout: str
@@ -570,16 +584,7 @@ def test_report_is_copied_into_the_run_folder_alone_or_in_a_pipeline(
     from trajsynth.pipeline import run_pipeline
     from trajsynth.store.importers import write_rows
 
-    rows = [
-        CONVERT.derive(
-            id=f"e{k}",
-            method="gcp",
-            iteration=1,
-            reward_components={"exact_match": float(k), "tool_match": 1.0},
-            extra={"gcp": {"policy": "student", "set": "probe"}},
-        )
-        for k in range(2)
-    ]
+    rows = _two_probe_episodes()
     write_rows(rows, tmp_path / "episodes")
     run = tmp_path / "runs" / "report"
     if layout == "single":
@@ -624,16 +629,7 @@ def test_report_adds_the_bfcl_figures_of_a_needed_eval_bfcl_stage(tmp_path: Path
     }
     (bfcl / "bfcl.json").write_text(json.dumps(figures))
     (tmp_path / "train").mkdir()  # a checkpoint folder: no benchmark figures
-    rows = [
-        CONVERT.derive(
-            id=f"e{k}",
-            method="gcp",
-            iteration=1,
-            reward_components={"exact_match": float(k), "tool_match": 1.0},
-            extra={"gcp": {"policy": "student", "set": "probe"}},
-        )
-        for k in range(2)
-    ]
+    rows = _two_probe_episodes()
     spec = ContextSpec(
         stage_id="report",
         artifacts_dir=str(tmp_path / "report"),
