@@ -53,6 +53,8 @@ SMALL = [
     f"stages.static_train.with.sft={TINY_SFT}",
     "stages.static_probe.with.max_new_tokens=24",
     "stages.static_probe.with.max_steps=3",
+    "stages.bfcl.with.limit=2",
+    "stages.bfcl.with.max_new_tokens=16",
 ]
 
 
@@ -91,7 +93,15 @@ def check_report(run: Path, iterations: int) -> dict:
     final = report["final_dataset"]
     assert final["rows"] == len(read_records(run / "final"))
     assert sum(final["difficulty"].values()) == final["rows"]
-    assert (run / "report.md").read_text().startswith("# LoopTool report")
+    text = (run / "report.md").read_text()
+    assert text.startswith("# LoopTool report")
+    # the last student's BFCL figures (the needed eval_bfcl stage) end the report
+    bfcl = report["bfcl"]
+    assert bfcl == {"stage": "bfcl", **json.loads((run / "bfcl.json").read_text())}
+    last = f"round{iterations}.train"
+    assert set(bfcl[last]) == {"simple_python", "irrelevance"} and bfcl["limit"] == 2
+    assert all(0.0 <= v <= 1.0 for v in bfcl[last].values())
+    assert f"| {last} | " in text[text.index("## BFCL") :]
     return report
 
 
