@@ -40,6 +40,7 @@ SMALL = [
     "stages.tasks.with.tasks_per_domain=16",
     "stages.split.with.eval_fraction=0.4",
     "stages.teacher.with.n=1",
+    "stages.noisy.with.rate=0.5",
     "stages.round.iterations=2",
     f"stages.round.stages.train.with.sft={TINY_SFT}",
     "stages.round.stages.train.with.warm_epochs=1",
@@ -52,6 +53,8 @@ SMALL = [
     f"stages.static_train.with.sft={TINY_SFT}",
     "stages.static_probe.with.max_new_tokens=24",
     "stages.static_probe.with.max_steps=3",
+    "stages.bfcl.with.limit=2",
+    "stages.bfcl.with.max_new_tokens=16",
 ]
 
 
@@ -77,7 +80,28 @@ def check_report(run: Path, iterations: int) -> dict:
         assert 0.0 <= static["student"]["overall"] <= 1.0
         last = report["iterations"][-1]["student"]["overall"]
         assert static["loop_minus_static"] == pytest.approx(last - static["student"]["overall"])
-    assert (run / "report.md").read_text().startswith("# LoopTool report")
+    # every accuracy with its interval; JGLV measured against the injected wrong labels
+    for it in report["iterations"]:
+        assert set(it["student_ci"]) == set(it["student"])
+        for c, (lo, hi) in it["student_ci"].items():
+            assert lo is None or lo <= it["student"][c] <= hi
+    noise = report["label_noise"]
+    assert noise["seed_noisy"] > 0 and 0 < noise["rate"] <= 1
+    for it in noise["iterations"]:
+        assert it["found"] + it["false_alarms"] == it["relabelled"]
+        assert it["judged_noisy"] <= it["probed_noisy"] <= it["probed"]
+    final = report["final_dataset"]
+    assert final["rows"] == len(read_records(run / "final"))
+    assert sum(final["difficulty"].values()) == final["rows"]
+    text = (run / "report.md").read_text()
+    assert text.startswith("# LoopTool report")
+    # the last student's BFCL figures (the needed eval_bfcl stage) end the report
+    bfcl = report["bfcl"]
+    assert bfcl == {"stage": "bfcl", **json.loads((run / "bfcl.json").read_text())}
+    last = f"round{iterations}.train"
+    assert set(bfcl[last]) == {"simple_python", "irrelevance"} and bfcl["limit"] == 2
+    assert all(0.0 <= v <= 1.0 for v in bfcl[last].values())
+    assert f"| {last} | " in text[text.index("## BFCL") :]
     return report
 
 

@@ -560,6 +560,20 @@ def test_failure_context_with_a_call_without_arguments() -> None:
     assert "list_values" in _original({"context": context})
 
 
+def _two_probe_episodes() -> list[Trajectory]:
+    """A student's probe episodes on two tasks, one solved: overall accuracy 0.5."""
+    return [
+        CONVERT.derive(
+            id=f"e{k}",
+            method="gcp",
+            iteration=1,
+            reward_components={"exact_match": float(k), "tool_match": 1.0},
+            extra={"gcp": {"policy": "student", "set": "probe"}},
+        )
+        for k in range(2)
+    ]
+
+
 @pytest.mark.parametrize("layout", ["single", "pipeline"])
 def test_report_is_copied_into_the_run_folder_alone_or_in_a_pipeline(
     tmp_path: Path, layout: str
@@ -570,16 +584,7 @@ def test_report_is_copied_into_the_run_folder_alone_or_in_a_pipeline(
     from trajsynth.pipeline import run_pipeline
     from trajsynth.store.importers import write_rows
 
-    rows = [
-        CONVERT.derive(
-            id=f"e{k}",
-            method="gcp",
-            iteration=1,
-            reward_components={"exact_match": float(k), "tool_match": 1.0},
-            extra={"gcp": {"policy": "student", "set": "probe"}},
-        )
-        for k in range(2)
-    ]
+    rows = _two_probe_episodes()
     write_rows(rows, tmp_path / "episodes")
     run = tmp_path / "runs" / "report"
     if layout == "single":
@@ -607,3 +612,43 @@ def test_report_is_copied_into_the_run_folder_alone_or_in_a_pipeline(
     assert [it["student"]["overall"] for it in report["iterations"]] == [0.5]
     assert (run / "report.md").is_file()
     assert not (run.parent / "report.json").exists()
+
+
+def test_report_adds_the_bfcl_figures_of_a_needed_eval_bfcl_stage(tmp_path: Path) -> None:
+    """A report whose ``needs:`` names an ``eval_bfcl`` stage reads its ``bfcl.json``: the
+    figures go to ``report.json`` (``bfcl``) and a BFCL section ends ``report.md``, one row
+    per model scored (``trained`` is the last checkpoint, not repeated), the questions per
+    category and the training rows' contamination. A needed stage without it adds nothing."""
+    bfcl = tmp_path / "bfcl"
+    bfcl.mkdir()
+    figures = {
+        "limit": 5,
+        "contamination": {"count": 0, "rows": 0, "names": [], "questions": []},
+        "round2.train": {"simple_python": 0.4, "irrelevance": 0.8, "mean": 0.2},
+        "trained": {"simple_python": 0.4, "irrelevance": 0.8, "mean": 0.2},
+    }
+    (bfcl / "bfcl.json").write_text(json.dumps(figures))
+    (tmp_path / "train").mkdir()  # a checkpoint folder: no benchmark figures
+    rows = _two_probe_episodes()
+    spec = ContextSpec(
+        stage_id="report",
+        artifacts_dir=str(tmp_path / "report"),
+        run_dir=str(tmp_path),
+        artifacts_in={"round2.train": str(tmp_path / "train"), "bfcl": str(bfcl)},
+    )
+    run("looptool_report", {"plots": False}, rows, Context(spec))
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["bfcl"] == {"stage": "bfcl", **figures}
+    assert [s["title"] for s in report["sections"]] == ["BFCL"]
+    text = (tmp_path / "report.md").read_text()
+    tail = text[text.index("## BFCL") :]
+    assert "5 questions per category, so one question is 0.20 of a category" in tail
+    assert "| model | simple_python | irrelevance | mean |" in tail
+    assert "| round2.train | 0.40 | 0.80 | 0.20 |" in tail
+    assert "| trained |" not in tail
+    assert "names or questions in the training rows: 0 (in 0 rows)." in tail
+    # without a needed eval_bfcl stage: no section
+    spec = spec.model_copy(update={"artifacts_in": {"round2.train": str(tmp_path / "train")}})
+    run("looptool_report", {"plots": False}, rows, Context(spec))
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert "bfcl" not in report and report["sections"] == []

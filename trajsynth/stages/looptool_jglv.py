@@ -11,7 +11,10 @@ student's prediction and the conversation before it). Per sample:
    gives one vote, so consensus — and EDDE — never happens) with LoopTool's
    prompt: the tools, the conversation, Response 1 = the label, Response 2 = the prediction,
    answer ``[RESPONSE1_INCORRECT/RESPONSE2_INCORRECT/BOTH_CORRECT/BOTH_INCORRECT]`` then
-   ``Error Analysis: …``; each vote is a separate request (its own seed);
+   ``Error Analysis: …``; each vote is a separate request (its own seed). The simulated
+   judge, which cannot read prose, is told in the request's metadata what a judge reading
+   the request works out: the calls it asks for at that step (``reference``: the label, or
+   the clean calls where ``label_noise`` made the label wrong);
 3) the verdict is read by substring as the released code does (an unreadable vote, or one
    whose request the endpoint refused, is ``llm_judge_failed``: counted apart as
    ``votes.unreadable`` and ``votes.request_failed``); majority label with
@@ -28,7 +31,11 @@ student's prediction and the conversation before it). Per sample:
    ``extra["jglv"]`` (status, votes, the correct and incorrect responses, the error
    analysis); no consensus, ``both_incorrect`` (not expanded by the released filter),
    ``both_correct`` and failed judges → ``dropped``;
-6) counts of every outcome in the metrics, and the number of judge calls.
+6) counts of every outcome in the metrics, and the number of judge calls; where rows carry
+   ``label_noise``'s truth, ``noise.judged`` (wrong labels judged at their step),
+   ``noise.found`` (those relabelled by consensus) and ``noise.false_alarms`` (right labels
+   relabelled). A relabelled row drops the truth record when its new label is the clean one
+   (and gets a ``relabelled`` record when a false alarm made it wrong).
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from ..core.ids import stable_id
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GroundTruth
 from ..llm.sim.contracts import VERDICT_STATUS, VERDICTS
+from .common.label_noise import NOISE_KEY, noise_of
 from .common.looptool import context_calls, locate_step, run_gold, step_text
 from .context import Context
 from .kinds import Emit, GlobalStage, Output, StageConfig
@@ -177,6 +185,9 @@ class JGLV(GlobalStage[JGLVConfig]):
             "label": label if isinstance(label, list) else "(text reply)",
             "prediction": pred if isinstance(pred, list) else (info.get("prediction_text") or ""),
         }
+        reference = _asked(row, info)
+        if reference is not None:
+            meta["reference"] = reference
         texts = []
         for v in range(cfg.votes):
             result = await client.chat(
@@ -250,6 +261,13 @@ class JGLV(GlobalStage[JGLVConfig]):
             elif status == "original_incorrect":
                 record.update(correct=pred, incorrect=label)
             tagged = _tag(row, record)
+            # injected noise (label_noise) against the verdict: JGLV's precision and recall
+            noise = noise_of(row.extra)
+            noisy_here = noise is not None and noise.get("step") == info.get("step")
+            flagged = consensus and status == "original_incorrect"
+            ctx.metrics.inc("noise.judged", int(noisy_here))
+            ctx.metrics.inc("noise.found", int(noisy_here and flagged))
+            ctx.metrics.inc("noise.false_alarms", int(flagged and not noisy_here))
             # 5) routing
             if not consensus:
                 ctx.metrics.inc("no_consensus")
@@ -275,6 +293,7 @@ class JGLV(GlobalStage[JGLVConfig]):
                 out["corrected"].append(
                     fixed.derive(
                         id=stable_id("jglv", row.id, json.dumps(pred, sort_keys=True)),
+                        extra=_relabelled_noise(fixed.extra, info),
                         **ctx.provenance(method="jglv", parent_ids=[row.id]),
                     )
                 )
@@ -284,6 +303,41 @@ class JGLV(GlobalStage[JGLVConfig]):
         for name in ("corrected", "dropped"):
             if out[name]:
                 yield Emit(name, out[name])
+
+
+def _asked(row: Trajectory, info: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Step 2's ``reference`` for the simulated judge: the calls the conversation's request
+    asks for at the judged step — what a judge reading the request works out. That is the
+    label, unless the label was made wrong on purpose (``label_noise``), whose record keeps
+    the clean calls. A real endpoint reads only the prompt (metadata is never sent to it)."""
+    label = info.get("label")
+    if not isinstance(label, list):
+        return None
+    noise = noise_of(row.extra)
+    if noise is not None and noise.get("step") == info.get("step"):
+        return noise["clean"]
+    return label
+
+
+def _relabelled_noise(extra: dict[str, Any] | None, info: dict[str, Any]) -> dict[str, Any]:
+    """A relabelled row's injected-noise record (bookkeeping of ``label_noise``'s truth, for
+    the report): gone when the new label is the clean one, a ``relabelled`` record when a
+    false alarm put a wrong label where a right one was, kept when the noise sits at another
+    step."""
+    out = dict(extra or {})
+    noise = noise_of(out)
+    if noise is not None and noise.get("step") != info.get("step"):
+        return out
+    out.pop(NOISE_KEY, None)
+    asked = noise["clean"] if noise is not None else info.get("label")
+    if isinstance(asked, list) and multiset_key(info["prediction"]) != multiset_key(asked):
+        out[NOISE_KEY] = {
+            "step": info.get("step"),
+            "kind": "relabelled",
+            "clean": asked,
+            "noisy": info["prediction"],
+        }
+    return out
 
 
 def _tag(row: Trajectory, record: dict[str, Any]) -> Trajectory:

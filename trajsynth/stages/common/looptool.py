@@ -105,11 +105,15 @@ def locate_step(gt: GroundTruth, index: int) -> tuple[int, int] | None:
     return None
 
 
-def run_gold(row: Trajectory, gt: GroundTruth, ctx: Context) -> Trajectory | None:
+def run_gold(
+    row: Trajectory, gt: GroundTruth, ctx: Context, *, rehash: bool = False
+) -> Trajectory | None:
     """The trajectory that executes ``gt``'s gold calls in the row's domain and state (the
     row's system prompt kept), or None when a call fails (JGLV's relabelled and EDDE's new
-    samples must execute before they are kept). An endpoint error of a simulated tool (the
-    ``tool`` role) is raised, not taken for a failing call."""
+    samples must execute before they are kept). With ``rehash`` the returned row's ground
+    truth gets the final state these calls reach (``final_state_hash``), so that ``verify``
+    checks it. An endpoint error of a simulated tool (the ``tool`` role) is raised, not taken
+    for a failing call."""
     task = row.derive(ground_truth=gt.model_dump(mode="json"), messages=[])
     env = make_env(ctx, task, gt)
     try:
@@ -126,6 +130,9 @@ def run_gold(row: Trajectory, gt: GroundTruth, ctx: Context) -> Trajectory | Non
                 obs, _, _ = env.step(Message(role="assistant", tool_calls=calls))
                 if obs.errors:
                     return None
+        if rehash:
+            gt = gt.model_copy(update={"final_state_hash": env.state_hash()})
+            task = task.derive(ground_truth=gt.model_dump(mode="json"))
         traj = gold_trajectory(task, lambda r: make_env(ctx, r, gt))
     except EndpointError:  # a simulated tool's endpoint failed: not the calls' fault
         raise
