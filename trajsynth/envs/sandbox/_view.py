@@ -1,0 +1,165 @@
+"""Launcher of a long-lived command (an MCP server) in a private view of the host.
+
+Standard library only, run by path: ``python -I -S _view.py SPEC`` (SPEC: JSON). Unlike
+:mod:`._worker`, which isolates short executions from everything, this keeps the host's
+filesystem (the command's interpreter, packages and the user's data stay where they are) and
+only takes away the right to change it:
+
+1) the launcher asks to be killed when the thread that started it ends
+   (``PR_SET_PDEATHSIG``), so a server never outlives trajsynth, even one killed by SIGKILL;
+2) with ``"namespace": true``: new mount and PID namespaces (plus a user namespace that maps
+   the caller to itself when not root), mounts made private;
+3) the launcher forks: the child is PID 1 of the new PID namespace (it dies with the
+   launcher, and every process the command starts dies with it: the kernel empties a PID
+   namespace whose first process ends); the launcher relays SIGTERM/SIGINT/SIGHUP as a
+   SIGKILL to it and exits with its status. Without namespaces the child leads nothing, so
+   the launcher kills the whole process group when it is told to stop;
+4) in the child (``"namespace": true``): ``writable`` host folders (``/tmp``, ``/dev/shm``)
+   become mounts of their own; each ``bind`` ``[source, target]`` (the private copy of a
+   state folder or file) is mounted over the target; each ``overlay`` folder gets a
+   copy-on-write layer in a private tmpfs (for the journals a database writes beside its
+   file); then every mount is made read-only but ``/proc``, ``/dev``, the writable folders,
+   the binds and the overlays. So the command sees its state at the paths the user gave,
+   writes only its private copies, and cannot change anything the user owns;
+5) ``chdir`` to ``cwd`` and ``execvpe`` the command with ``env``.
+
+``{"probe": true}`` does steps 2 and 4 on nothing and exits 0: whether a view can be made here.
+"""
+
+# ruff: noqa: SIM105 - try/except/pass, not contextlib: the launcher imports as little as it can
+import json
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _worker import (  # noqa: E402 - found next to this file, by path
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    MS_BIND,
+    MS_PRIVATE,
+    MS_REC,
+    PR_SET_PDEATHSIG,
+    _check,
+    libc,
+    make_readonly,
+    mount,
+)
+
+
+def unshare(root):
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc().unshare(CLONE_NEWNS | CLONE_NEWPID | (0 if root else CLONE_NEWUSER)), "unshare")
+    if not root:  # the caller stays itself: files it writes keep their owner
+        for path, text in (
+            ("/proc/self/setgroups", "deny"),
+            ("/proc/self/uid_map", f"{uid} {uid} 1"),
+            ("/proc/self/gid_map", f"{gid} {gid} 1"),
+        ):
+            with open(path, "w") as f:
+                f.write(text)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+
+
+def build_view(spec):
+    """Step 4."""
+    keep = ["/proc", "/dev"]
+    try:  # the PID namespace's own /proc (a host whose /proc has locked parts refuses: keep it)
+        mount("proc", "/proc", "proc", 2 | 4 | 8)
+    except OSError:
+        pass
+    for path in spec.get("writable", ()):
+        if os.path.isdir(path):
+            mount(path, path, None, MS_BIND | MS_REC)
+            keep.append(path)
+    overlays = [o.rstrip("/") for o in spec.get("overlays", ())]
+
+    def inside_overlay(target):
+        return any(target.startswith(o + "/") for o in overlays)
+
+    for source, target in spec.get("binds", ()):
+        if not inside_overlay(target):
+            mount(source, target, None, MS_BIND | MS_REC)
+            keep.append(target)
+    if overlays:
+        layers = spec["layers"]  # an empty folder of ours: a private tmpfs for the upper layers
+        mount("tmpfs", layers, "tmpfs", 0, "mode=0700")
+        for i, lower in enumerate(overlays):
+            upper, work = f"{layers}/{i}/upper", f"{layers}/{i}/work"
+            os.makedirs(upper)
+            os.makedirs(work)
+            options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+            mount("overlay", lower, "overlay", 0, options)
+            keep.append(lower)
+        for source, target in spec.get("binds", ()):  # a file shown inside an overlay
+            if inside_overlay(target):
+                mount(source, target, None, MS_BIND | MS_REC)
+                keep.append(target)
+    for pts in ("/dev/pts", "/dev/shm", "/dev/mqueue"):
+        if os.path.ismount(pts):
+            keep.append(pts)
+    make_readonly(tuple(keep))
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    parent = os.getppid()
+    libc().prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # 1 (handled in step 3)
+    if os.getppid() != parent:  # the parent ended before the request took
+        os._exit(1)
+    namespace = bool(spec.get("namespace"))
+    if namespace:
+        unshare(os.geteuid() == 0)  # 2
+    if spec.get("probe"):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                build_view({"writable": ["/tmp"]})
+                os._exit(0)
+            except Exception as exc:
+                sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+                os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    pid = os.fork()  # 3
+    if pid:
+
+        def stop(signum, frame):
+            try:
+                if namespace:
+                    os.kill(pid, signal.SIGKILL)
+                else:
+                    os.killpg(0, signal.SIGKILL)
+            except OSError:
+                pass
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, stop)
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                os._exit(1)
+            except InterruptedError:
+                continue
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    try:
+        libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        if namespace:
+            build_view(spec)  # 4
+        os.chdir(spec.get("cwd") or "/")  # 5
+        argv = spec["argv"]
+        os.execvpe(argv[0], argv, spec.get("env") or dict(os.environ))
+    except Exception as exc:
+        sys.stderr.write(f"trajsynth: cannot start {spec.get('argv')}: {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        os._exit(127)
+
+
+if __name__ == "__main__":
+    main()
