@@ -49,7 +49,7 @@ import contextlib
 import json
 import random
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -176,6 +176,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         self._graphs: dict[str, SignatureGraph] = {}
         self._pools: dict[tuple[str, int], ValuePool] = {}
         self._feeds = FeedFeedback(self.config.prune_after)
+        self._why: dict[str, Counter[str]] = {}  # domain → why its candidates were dropped
 
     def expected_rows(self) -> int | None:
         cfg = self.config
@@ -203,7 +204,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                 ]
             except Exception:  # an imported toolset has no example tasks
                 examples = []
-            self._pools[(domain, seed)] = ValuePool(env.state(), examples)
+            self._pools[(domain, seed)] = ValuePool(env.state(), examples, env.value_hints())
         return self._pools[(domain, seed)]
 
     # -- the source ------------------------------------------------------------------------
@@ -257,9 +258,12 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                     job.result()
                     ctx.metrics.inc("unused", len(extra))
                 if count < cfg.tasks_per_domain:
+                    why = "; ".join(f"{n}× {d}" for d, n in
+                                    self._why.get(domain, Counter()).most_common(3))  # fmt: skip
                     ctx.log.warning(
-                        "magnet_tasks: %s gave %d of %d tasks from %d candidates",
+                        "magnet_tasks: %s gave %d of %d tasks from %d candidates%s",
                         domain, count, cfg.tasks_per_domain, k,
+                        f" (most often: {why})" if why else "",
                     )  # fmt: skip
 
     # -- 2-4) one candidate ----------------------------------------------------------------
@@ -342,6 +346,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         except PlanFailed as exc:
             ctx.metrics.inc(f"dropped.{exc.reason}")
             ctx.log.debug("candidate %s/%d dropped: %s", domain, k, exc)
+            self._why.setdefault(domain, Counter())[str(exc)[:240]] += 1
             self._feeds.record(graph, order, exc.index, ok=False, metrics=ctx.metrics)
             return None
         self._feeds.record(graph, order, len(order), ok=True, metrics=ctx.metrics)

@@ -11,7 +11,9 @@ and costlier checks only see rows that passed the earlier ones):
    missing required, wrong type, extra parameter, enum, constraints) → ``format_errors``;
 2) **execution**: the calls are replayed, in order, in a fresh environment of the row's
    domain (``ctx.envs.make(domain, seed, initial_state)``). The replay fails when a recorded
-   tool result differs from what the tool returns now (a fabricated or stale observation),
+   tool result differs from what the tool returns now (a fabricated or stale observation;
+   volatile parts such as timestamps and minted ids are left out of the comparison,
+   :mod:`trajsynth.envs.volatile`),
    and, with ``tool_errors_fail`` (APIGen's strict rule for single-turn data), when any call
    returns an error. A domain with no environment (imported foreign data) skips this layer
    and the final-state check, with the reason recorded in ``extra["verify"]["skipped"]``;
@@ -47,7 +49,6 @@ layer), ``judge``, and ``extra["verify"]`` (layers run, layers skipped with thei
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -129,12 +130,10 @@ class _Outcome:
 
 
 def _same_observation(recorded: str, replayed: str) -> bool:
-    if recorded.strip() == replayed.strip():
-        return True
-    try:
-        return json.loads(recorded) == json.loads(replayed)
-    except ValueError:
-        return False
+    """Equal, as text or as JSON, but for volatile parts (times, minted ids)."""
+    from ..envs.volatile import same_result
+
+    return recorded.strip() == replayed.strip() or same_result(recorded, replayed)
 
 
 def _parse_verdict(text: str | None) -> tuple[bool | None, str]:

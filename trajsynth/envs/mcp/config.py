@@ -83,7 +83,7 @@ class MCPConfig(StrictModel):
     error_text: bool = Field(
         default=True,
         description="Results shaped like errors (text starting 'Error:', '... error:', a "
-        "traceback, an errno code; {\"error\": ...}) are failures of the call, as isError is.",
+        'traceback, an errno code; {"error": ...}) are failures of the call, as isError is.',
     )
     error_patterns: list[str] = Field(
         default_factory=list,

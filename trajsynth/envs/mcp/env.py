@@ -79,6 +79,16 @@ class MCPEnvironment(Environment):
             return ToolResult(call.id, call.name, args, error=error)
         return ToolResult(call.id, call.name, args, output=output)
 
+    def value_hints(self) -> dict[str, Any]:
+        """Values the server accepts, found once per server by calling its read-only tools
+        (:func:`.probe.probe`)."""
+        with self.server.lock:
+            if self.server.value_hints is None:
+                from .probe import probe
+
+                self.server.value_hints = probe(self.server, self.toolset)
+            return self.server.value_hints
+
     def _snapshot_state(self) -> Calls:
         return self.calls
 

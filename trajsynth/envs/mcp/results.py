@@ -55,8 +55,8 @@ def error_text(output: Any, patterns: Iterable[re.Pattern[str]] = ()) -> str | N
     if isinstance(output, dict) and output:
         keys = {str(k).lower() for k in output}
         err = next((output[k] for k in output if str(k).lower() in _ERROR_KEYS), None)
-        if err not in (None, "", [], {}) and len(keys - _ERROR_KEYS - {"code", "status",
-                                                                       "message", "details"}) == 0:  # fmt: skip
+        others = keys - _ERROR_KEYS - {"code", "status", "message", "details"}
+        if err not in (None, "", [], {}) and not others:
             return err if isinstance(err, str) else canonical_json(err)
         if output.get("success") is False or output.get("ok") is False:
             return str(output.get("message") or output.get("error") or canonical_json(output))

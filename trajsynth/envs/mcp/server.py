@@ -109,6 +109,8 @@ class MCPServer:
         self._logged: dict[str, set[str]] = {}
         self._patterns = [re.compile(p) for p in config.error_patterns]
         self.stderr_path: Path | None = None
+        #: values the server accepts (:meth:`MCPEnvironment.value_hints`), found once
+        self.value_hints: dict[str, Any] | None = None
         atexit.register(self.close)
 
     # -- 1) plan ---------------------------------------------------------------------------
@@ -258,7 +260,7 @@ class MCPServer:
                             fut.set_result(await fn(client))
                         except Exception as exc:
                             fut.set_exception(exc)
-            except BaseException as exc:  # noqa: BLE001 - said to the caller, never lost
+            except BaseException as exc:
                 if not ready.done():
                     ready.set_exception(exc)
                 else:
@@ -271,7 +273,7 @@ class MCPServer:
         self.restarts += 1
         try:
             ready.result(timeout=cfg.timeout_s)
-        except BaseException as exc:  # noqa: BLE001 - one clear message instead
+        except BaseException as exc:
             self.close(keep_copies=True)
             detail = "no answer in time" if isinstance(exc, cf.TimeoutError) else (
                 exception_message(exc)
@@ -328,7 +330,7 @@ class MCPServer:
         if task is not None:
             try:
                 task.result(timeout=10)
-            except BaseException:  # noqa: BLE001 - stopping anyway
+            except BaseException:
                 task.cancel()
         loop.call_soon_threadsafe(loop.stop)  # the thread ends: the launcher's death signal
 
@@ -520,9 +522,7 @@ class MCPServer:
             elif mode == "tool":
                 _, error = self._call(self.config.reset_tool or "reset", {})
                 if error is not None:
-                    raise ConfigError(
-                        f"the MCP server's {self.config.reset_tool} failed: {error}"
-                    )
+                    raise ConfigError(f"the MCP server's {self.config.reset_tool} failed: {error}")
             else:  # restart: a fresh process on the initial copies
                 self.stop()
                 if self.copies is not None:

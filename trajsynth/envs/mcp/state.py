@@ -286,18 +286,16 @@ class StateCopies:
                 h.update(f"{rel}\0{kind}\0{size}\0{mtime}\n".encode())
         return h.hexdigest()
 
-    def files(self, limit: int = 200) -> list[Path]:
-        """Up to ``limit`` files of the state, at the user's paths (values for path
-        parameters)."""
-        out: list[Path] = []
-        for u, live in self.mapping():
-            for rel in sorted(_listing(live)):
+    def entries(self, limit: int = 200) -> list[tuple[Path, bool]]:
+        """Up to ``limit`` (path at the user's place, is a folder) of the state, hidden ones
+        left out (values for path parameters)."""
+        out: list[tuple[Path, bool]] = []
+        for user, live in self.mapping():
+            for rel, s in sorted(_listing(live).items()):
                 if len(out) >= limit:
                     return out
-                if rel and not any(part.startswith(".") for part in rel.split("/")):
-                    out.append(u / rel)
-                elif not rel:
-                    out.append(u)
+                if not any(part.startswith(".") for part in rel.split("/") if rel):
+                    out.append((user / rel if rel else user, stat.S_ISDIR(s.st_mode)))
         return out
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _worker import (  # noqa: E402 - found next to this file, by path
+from _worker import (
     CLONE_NEWNS,
     CLONE_NEWPID,
     CLONE_NEWUSER,
@@ -156,7 +156,9 @@ def main():
         argv = spec["argv"]
         os.execvpe(argv[0], argv, spec.get("env") or dict(os.environ))
     except Exception as exc:
-        sys.stderr.write(f"trajsynth: cannot start {spec.get('argv')}: {type(exc).__name__}: {exc}\n")
+        sys.stderr.write(
+            f"trajsynth: cannot start {spec.get('argv')}: {type(exc).__name__}: {exc}\n"
+        )
         sys.stderr.flush()
         os._exit(127)
 

@@ -17,13 +17,19 @@ domain itself, and the calls are executed in order:
    holds several of them (``origin``, ``destination`` and ``date`` from one flight, so the
    search finds it), else from the pool of that name, the example tasks, the ``enum``, or a
    value of the schema's type (dates from the state's dates, numbers within the bounds);
-   an optional parameter is given with probability ``optional_p``;
+   an optional parameter is given with probability ``optional_p``. An environment that
+   gives value hints (``Environment.value_hints()``: a real server with no state to read)
+   also offers, for each parameter, the values its spec names and the values of its kind
+   that the environment is known to hold, and invents values of the parameter's kind (an
+   IANA zone, a folder of the server, SQL over its tables; :mod:`trajsynth.envs.values`);
 3) execution (:func:`execute_plan`): each call runs in the environment; a call that returns
    an error, or whose output lacks a field a later call needs, is undone (snapshot/restore)
    and drawn again, up to ``attempts`` times (in the second half of them, drawn strings may
    be replaced by new ones like them: a tool that creates a folder needs a path that does
-   not exist yet); then the plan fails with the reason (:class:`PlanFailed`), which the
-   stage counts.
+   not exist yet); then the plan fails with the reason (:class:`PlanFailed`: the last
+   error's message included), which the stage counts. With value hints, the values a call
+   was given when it succeeded (and what a read-only call answered) join the pools: what
+   the environment accepted seeds the next calls.
 
 The result is each call's arguments, output and bindings (``{"call", "param", "from_call",
 "path"}``, the same record as the example tasks' ``extra["bindings"]``) and the final state.
@@ -41,6 +47,7 @@ from typing import Any
 from ...core.jsonvalues import json_fields
 from ...envs.base import Environment
 from ...envs.spec import ToolSpec
+from ...envs.values import Known, fits_kind, invent, kind, paths_for, suggested
 from ...envs.verifiers.schema import type_ok
 from ...graph.ops import PathCall
 from ...graph.signature import SignatureGraph, resolve_field
@@ -109,7 +116,15 @@ def _flat(record: dict[str, Any]) -> dict[str, Any]:
 class ValuePool:
     """Step 1: values by field name, the state's records, and example-task values."""
 
-    def __init__(self, state: dict[str, Any], examples: Iterable[tuple[str, dict[str, Any]]] = ()):
+    def __init__(
+        self,
+        state: dict[str, Any],
+        examples: Iterable[tuple[str, dict[str, Any]]] = (),
+        hints: dict[str, Any] | None = None,
+    ):
+        #: hints given: spec-named and kind values are offered, accepted values learned
+        self.learns = hints is not None
+        self.known = Known.from_hints(hints)
         self.by_name: dict[str, list[Any]] = {}
         self.records: list[dict[str, Any]] = []
         for rows in state.values():
@@ -152,12 +167,39 @@ class ValuePool:
         example tasks', filtered by the schema's type and enum."""
         out = list(self.by_name.get(param, []))
         out += self.examples.get((tool, param), []) + self.example_params.get(param, [])
-        return [v for v in _dedup(out) if _fits(v, schema)]
+        if not self.learns:
+            return [v for v in _dedup(out) if _fits(v, schema)]
+        k = kind(param, schema)
+        out += suggested(param, schema) + self.known.for_param(param)
+        if k == "path":
+            out += paths_for(param, schema, self.known)
+        return [v for v in _dedup(out) if _fits(v, schema) and fits_kind(v, k, schema)]
+
+    def learn(self, spec: ToolSpec, args: dict[str, Any], output: Any, *, read_only: bool) -> None:
+        """Values a call succeeded with join the pools (and, for a read-only call, the values
+        its output holds); only with hints."""
+        if not self.learns:
+            return
+        for k, v in args.items():
+            if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                bag = self.by_name.setdefault(k, [])
+                if v not in bag:
+                    bag.append(v)
+        if read_only and isinstance(output, (dict, list)):
+            for k, v in json_fields(output):
+                if isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "":
+                    bag = self.by_name.setdefault(k, [])
+                    if v not in bag and len(bag) < 200:
+                        bag.append(v)
 
     def invent(self, param: str, schema: dict[str, Any], rng: random.Random) -> Any:
         """A value of the schema's type when no pool has one."""
         if schema.get("enum"):
             return rng.choice(list(schema["enum"]))
+        if self.learns and schema.get("type") in ("string", None):
+            made = invent(param, schema, rng, self.known)
+            if made is not None:
+                return made
         types = schema.get("type")
         t = (
             types
@@ -352,9 +394,11 @@ def execute_plan(
             snap = env.snapshot()
             result = env.call(planned.tool, args)
             if not result.ok:
-                last = f"{planned.tool}: {result.category}"
+                message = str((result.error or {}).get("message") or "")[:200]
+                last = f"{planned.tool}: {result.category}" + (f" ({message})" if message else "")
                 env.restore(snap)
                 continue
+            pool.learn(spec, args, result.output, read_only=bool(spec.extra.get("read_only")))
             missing = [p for p in needed.get(i, ()) if not resolve_field(result.output, p)]
             if missing:
                 last = f"{planned.tool}: output has no {missing[0]}"
