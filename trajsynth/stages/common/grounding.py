@@ -37,7 +37,9 @@ The result is each call's arguments, output and bindings (``{"call", "param", "f
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
+import json
 import random
 import re
 from collections.abc import Iterable, Sequence
@@ -283,6 +285,8 @@ class ValuePool:
                 continue
             schema = props.get(p) or {}
             pool = self.candidates(spec.name, p, schema)
+            if pool and self.learns and rng.random() < 0.3:  # new values too, not only known
+                pool = []
             args[p] = rng.choice(pool) if pool else self.invent(p, schema, rng)
         for p in want:
             if p not in fixed and fresh and rng.random() < fresh:
@@ -340,6 +344,41 @@ def _fits(value: Any, schema: dict[str, Any]) -> bool:
     return True
 
 
+def _narrow(value: Any, param: str, schema: dict[str, Any]) -> list[Any]:
+    """The values inside ``value`` (an earlier output) that ``param`` can take: ``value``
+    itself when it fits, else, from a result that does not (a record list, a JSON text or a
+    Python literal, lines of text), its scalars, those under a name the parameter shares
+    (``table_name`` ← ``name``) first."""
+    blob = isinstance(value, str) and ("\n" in value or value.strip()[:1] in ("[", "{"))
+    if _fits(value, schema) and not blob:
+        return [value]
+    if isinstance(value, str):
+        text = value.strip()
+        parsed: Any = None
+        for parse in (json.loads, ast.literal_eval):
+            try:
+                parsed = parse(text)
+                break
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                continue
+        if parsed is None or isinstance(parsed, str):
+            lines = [ln.strip().lstrip("*+- ").strip() for ln in text.splitlines()]
+            words = [ln for ln in lines if ln and " " not in ln and len(ln) <= 80]
+            return [w for w in _dedup(words) if _fits(w, schema)]
+        value = parsed
+    if not isinstance(value, (dict, list)):
+        return []
+    words = set(param.lower().replace("-", "_").split("_")) | {param.lower()}
+    named: list[Any] = []
+    other: list[Any] = []
+    for key, v in json_fields({"_": value}):
+        if key == "_" or isinstance(v, (dict, list)) or v is None or not _fits(v, schema):
+            continue
+        parts = set(str(key).lower().split("_")) | {str(key).lower()}
+        (named if parts & words else other).append(v)
+    return _dedup(named) or _dedup(other)
+
+
 def execute_plan(
     env: Environment,
     plan: Sequence[PlannedCall],
@@ -365,7 +404,11 @@ def execute_plan(
             fixed: dict[str, Any] = {}
             bindings: list[dict[str, Any]] = []
             for param, (src, path) in sorted(planned.bindings.items()):
-                values = resolve_field(done[src].output, path)
+                schema = spec.properties().get(param) or {}
+                values = [
+                    (c, n) for c, v in resolve_field(done[src].output, path)
+                    for n in _narrow(v, param, schema)
+                ]  # fmt: skip
                 if not values:
                     raise PlanFailed(
                         "no_value",
