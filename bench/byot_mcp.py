@@ -10,7 +10,7 @@ memory file, documents):
   server as the only domain, ``TASKS`` tasks asked, 2 rollouts each, run twice;
 - ``tools``: the server's tools; ``tasks``: tasks made; ``verified``: rows of ``verified``
   that passed; ``identical``: rows of the second run's ``verified`` equal to the first's
-  but for volatile parts (:mod:`trajsynth.envs.volatile`); ``seconds``: the first run's wall
+  but for volatile parts (:mod:`trajsynth.core.volatile`); ``seconds``: the first run's wall
   time; ``tasks_per_min``; ``unchanged``: the user's folder hashes the same before and after
   both runs (every path, mode and content);
 - the reset path (servers with state on disk): two episodes that each changed the server
@@ -35,7 +35,7 @@ from typing import Any
 
 from tests.envs.mcp_servers import NAMES, folder_hash, mcp_config, missing, user_folder
 from trajsynth.envs import EnvFactory
-from trajsynth.envs.volatile import mask
+from trajsynth.core.volatile import mask
 from trajsynth.pipeline import run_pipeline
 from trajsynth.store import read_records
 

@@ -82,12 +82,24 @@ def user_folder(base: Path) -> Path:
         "\n".join(
             json.dumps(x)
             for x in [
-                {"type": "entity", "name": "Ada", "entityType": "person",
-                 "observations": ["writes programs"]},
-                {"type": "entity", "name": "Analytical Engine", "entityType": "machine",
-                 "observations": ["designed by Babbage"]},
-                {"type": "relation", "from": "Ada", "to": "Analytical Engine",
-                 "relationType": "programs"},
+                {
+                    "type": "entity",
+                    "name": "Ada",
+                    "entityType": "person",
+                    "observations": ["writes programs"],
+                },
+                {
+                    "type": "entity",
+                    "name": "Analytical Engine",
+                    "entityType": "machine",
+                    "observations": ["designed by Babbage"],
+                },
+                {
+                    "type": "relation",
+                    "from": "Ada",
+                    "to": "Analytical Engine",
+                    "relationType": "programs",
+                },
             ]
         )  # fmt: skip
         + "\n"

@@ -6,6 +6,8 @@ build their function-signature graph.
     trajsynth tools show toolset.json            # a table of tools; import failures listed
     trajsynth tools show travel --tool book_flight   # a built-in domain; one tool in full
     trajsynth tools graph travel --out graph.json --plot graph.png   # function-signature graph
+    trajsynth tools list 'mcp:uvx mcp-server-time'   # an MCP server's tools (or mcp:<URL>)
+    trajsynth tools import 'mcp:npx -y @modelcontextprotocol/server-memory' --out memory.json
 """
 
 from __future__ import annotations
@@ -98,19 +100,56 @@ def imported_or_fail(ts: Toolset, src: Path | str, fmt: str, *, strict: bool = F
         )
 
 
+def _mcp_server(target: str) -> dict:
+    """Start the MCP server ``mcp:<command or URL>``, list its tools, stop it."""
+    from ..envs.mcp import describe_server, parse_target
+
+    return describe_server(parse_target(target), "mcp")
+
+
+@tools_app.command("list")
+def list_(
+    target: Annotated[
+        str, typer.Argument(help="mcp:<command> or mcp:<URL>, a toolset file, or a domain.")
+    ],
+) -> None:
+    """The tools of an MCP server (started, asked, stopped), with their read-only hints and
+    where the server keeps its state; or of a toolset file or domain."""
+    if not target.startswith("mcp:"):
+        ts = _load(target)
+        for spec in ts.tools:
+            console.print(f"{spec.name}({_signature(spec)})")
+        return
+    info = _mcp_server(target)
+    ts = info["toolset"]
+    table = Table(
+        title=f"{target[4:]}: {len(ts)} tools, state: {', '.join(info['state']) or 'none'} "
+        f"(isolation {info['isolation']}, reset {info['reset']})",
+        title_justify="left",
+    )
+    table.add_column("tool", style="bold")
+    table.add_column("read-only", justify="center")
+    table.add_column("parameters (? = optional)")
+    table.add_column("description", overflow="fold")
+    for spec in ts.tools:
+        desc = spec.description if len(spec.description) <= 90 else spec.description[:87] + "…"
+        table.add_row(spec.name, "✓" if spec.extra.get("read_only") else "", _signature(spec), desc)
+    console.print(table)
+
+
 @tools_app.command("import")
 def import_(
-    src: Annotated[Path, typer.Argument(help="File or folder of specs.")],
+    src: Annotated[str, typer.Argument(help="File or folder of specs, or mcp:<command or URL>.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="toolset.json to write.")],
     fmt: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--format",
             "-f",
             help="openai (any functions with JSON-schema parameters) | bfcl | tau | toolalpaca "
-            "| stabletoolbench | apibank",
+            "| stabletoolbench | apibank (not needed for mcp:)",
         ),
-    ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="toolset.json to write.")],
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary line.")] = False,
     strict: Annotated[
         bool, typer.Option("--strict", help="Fail (and write nothing) if any spec is dropped.")
@@ -121,7 +160,14 @@ def import_(
     --strict, when anything was dropped)."""
     from ..envs.importers import import_tools
 
-    ts = import_tools(src, fmt)
+    if src.startswith("mcp:"):  # the server's own tools, read-only hints kept
+        ts = _mcp_server(src)["toolset"]
+        ts.save(out)
+        console.print(f"[green]✓[/] {len(ts)} tools of the MCP server {src[4:]} → {out}")
+        return
+    if fmt is None:
+        raise UserError("--format is needed for a spec file", hint="e.g. --format openai")
+    ts = import_tools(Path(src), fmt)
     if not quiet:
         if ts.failures:
             console.print(_issues_table("not imported", ts.failures, _FAILURES_SHOWN))

@@ -7,14 +7,28 @@
   and :func:`json_fields` its object members by name, both depth first in document order.
   Callers choose which values identify something (an argument threaded from an earlier
   output, a value the user stated, a record's fields by name); the walk is shared.
+- :func:`name_tokens` splits a member's or parameter's name into lowercase words.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["JSON_TYPE_NAMES", "json_fields", "json_leaves", "json_type"]
+__all__ = ["JSON_TYPE_NAMES", "json_fields", "json_leaves", "json_type", "name_tokens"]
+
+_NAME_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def name_tokens(name: str) -> list[str]:
+    """The words of a name, lowercase.
+
+    >>> name_tokens("repo_path"), name_tokens("entityType"), name_tokens("HTTPServer2")
+    (['repo', 'path'], ['entity', 'type'], ['http', 'server', '2'])
+    """
+    return [t.lower() for t in _NAME_WORDS.findall(name)]
+
 
 #: Python type → JSON Schema type name, in the order to test them (``bool`` before ``int``);
 #: ``None`` is named by :func:`json_type`'s ``null`` parameter.

@@ -37,19 +37,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.jsonvalues import name_tokens
+
 __all__ = [
     "Known",
     "fits_kind",
     "invent",
     "kind",
-    "name_tokens",
     "paths_for",
     "pattern_value",
     "suggested",
 ]
 
 _QUOTED = re.compile(r"'([^'\n]{1,80})'|\"([^\"\n]{1,80})\"|`([^`\n]{1,80})`")
-_TOKENS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[a-z]{2,}$", re.IGNORECASE)
 _FORMATS = {
     "date": "date", "date-time": "date-time", "datetime": "date-time", "time": "time",
@@ -64,11 +64,6 @@ COMMON_ZONES = (
 _WORDS = ("alpha", "report", "notes", "budget", "summary", "draft", "plan", "review")
 _DIR_WORDS = {"dir", "directory", "folder", "repo", "repository", "root", "cwd", "workspace"}
 _FILE_WORDS = {"file", "filename", "files", "source", "destination", "document", "doc"}
-
-
-def name_tokens(name: str) -> list[str]:
-    """``repo_path`` → ``['repo', 'path']``, ``entityType`` → ``['entity', 'type']``."""
-    return [t.lower() for t in _TOKENS.findall(name)]
 
 
 @functools.cache

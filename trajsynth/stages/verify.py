@@ -13,7 +13,7 @@ and costlier checks only see rows that passed the earlier ones):
    domain (``ctx.envs.make(domain, seed, initial_state)``). The replay fails when a recorded
    tool result differs from what the tool returns now (a fabricated or stale observation;
    volatile parts such as timestamps and minted ids are left out of the comparison,
-   :mod:`trajsynth.envs.volatile`),
+   :mod:`trajsynth.core.volatile`),
    and, with ``tool_errors_fail`` (APIGen's strict rule for single-turn data), when any call
    returns an error. A domain with no environment (imported foreign data) skips this layer
    and the final-state check, with the reason recorded in ``extra["verify"]["skipped"]``;
@@ -131,7 +131,7 @@ class _Outcome:
 
 def _same_observation(recorded: str, replayed: str) -> bool:
     """Equal, as text or as JSON, but for volatile parts (times, minted ids)."""
-    from ..envs.volatile import same_result
+    from ..core.volatile import same_result
 
     return recorded.strip() == replayed.strip() or same_result(recorded, replayed)
 

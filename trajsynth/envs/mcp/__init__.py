@@ -13,12 +13,39 @@ over stdio (a command the factory starts) or streamable HTTP (a URL).
 
 Replaying a log gives the same results only if the server is deterministic given its calls:
 stdio servers get a fixed time zone, locale and git clock (``deterministic``); what a server
-still draws from the clock is volatile (:mod:`trajsynth.envs.volatile`) and left out when a
+still draws from the clock is volatile (:mod:`trajsynth.core.volatile`) and left out when a
 replay is compared.
 """
 
-from .config import DETERMINISTIC_ENV, MCPConfig
+from typing import Any
+
+from .config import DETERMINISTIC_ENV, MCPConfig, parse_target
 from .env import MCPEnvironment
 from .server import MCPServer, tool_spec
 
-__all__ = ["DETERMINISTIC_ENV", "MCPConfig", "MCPEnvironment", "MCPServer", "tool_spec"]
+__all__ = [
+    "DETERMINISTIC_ENV",
+    "MCPConfig",
+    "MCPEnvironment",
+    "MCPServer",
+    "describe_server",
+    "parse_target",
+    "tool_spec",
+]
+
+
+def describe_server(config: MCPConfig, name: str = "mcp") -> dict[str, Any]:
+    """Start a server, list its tools, stop it: ``{"toolset", "state", "isolation",
+    "reset", "stderr_log"}`` (what ``trajsynth tools list`` and ``validate`` show)."""
+    server = MCPServer(config, name)
+    try:
+        toolset = server.toolset(name)
+        return {
+            "toolset": toolset,
+            "state": [str(p) for p in server.state_paths()],
+            "isolation": server.isolation,
+            "reset": server.reset_mode(),
+            "stderr_log": str(server.stderr_path) if server.stderr_path else None,
+        }
+    finally:
+        server.close()

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from ...core.config import StrictModel
 from ...core.errors import ConfigError
 
-__all__ = ["DETERMINISTIC_ENV", "MCPConfig"]
+__all__ = ["DETERMINISTIC_ENV", "MCPConfig", "parse_target"]
 
 #: the environment a stdio server gets unless its config sets the variable (``deterministic``):
 #: a fixed time zone and locale, a fixed clock for git's commits, stable hashing in Python
@@ -139,3 +139,13 @@ class MCPConfig(StrictModel):
     def where(self) -> str:
         """The server, as the user wrote it (for messages)."""
         return self.url or " ".join(self.words())
+
+
+def parse_target(target: str) -> MCPConfig:
+    """``mcp:<command>`` or ``mcp:<URL>`` (as ``trajsynth tools list`` takes it) → a config."""
+    text = target.removeprefix("mcp:").strip()
+    if not text:
+        raise ConfigError("an MCP target is `mcp:<command>` or `mcp:<URL>`")
+    if text.startswith(("http://", "https://")):
+        return MCPConfig(url=text)
+    return MCPConfig(command=text)

@@ -26,9 +26,9 @@ import random
 import re
 from typing import Any
 
-from ...core.jsonvalues import json_fields
+from ...core.jsonvalues import json_fields, name_tokens
 from ..spec import Toolset, ToolSpec
-from ..values import Known, invent, kind, name_tokens, suggested
+from ..values import Known, invent, kind, suggested
 from .server import MCPServer
 
 __all__ = ["probe"]

@@ -14,6 +14,10 @@ A call fails when (in this order):
    ``{"ok": false}``, ``{"status": "error"}``); or a text matching one of the config's
    ``error_patterns``.
 
+A failure whose message says nothing but that the tool failed ("Error executing tool x", as
+SDK servers answer an unexpected exception) gets the exception the server printed to stderr
+meanwhile (:func:`stderr_error`: tracebacks, also ones drawn in boxes and wrapped).
+
 Anything else is the call's output: the structured content when the server gives one, else
 the text (parsed when it is JSON).
 """
@@ -27,7 +31,7 @@ from typing import Any
 
 from ...core.ids import canonical_json
 
-__all__ = ["error_text", "exception_message", "interpret"]
+__all__ = ["error_text", "exception_message", "interpret", "stderr_error"]
 
 _FIRST_LINE_ERROR = re.compile(
     r"""^\W{0,3}(?:
@@ -62,6 +66,31 @@ def error_text(output: Any, patterns: Iterable[re.Pattern[str]] = ()) -> str | N
             return str(output.get("message") or output.get("error") or canonical_json(output))
         if str(output.get("status", "")).lower() in ("error", "failed", "failure"):
             return str(output.get("message") or output.get("error") or canonical_json(output))
+    return None
+
+
+_EXCEPTION = re.compile(
+    r"\b([A-Z]\w*(?:Error|Exception|Exit)): (.+?)"
+    r"(?=\s+[A-Z]\w*(?:Error|Exception): |\s+The above exception|\s+During handling|$)"
+)
+_GENERIC = re.compile(r"^(?:\w+: )?Error executing tool \S+$|^the tool reported an error", re.I)
+
+
+def generic(message: str) -> bool:
+    """Whether ``message`` only says that the tool failed."""
+    return bool(_GENERIC.match(message.strip()))
+
+
+def stderr_error(text: str) -> str | None:
+    """The first exception a server printed in ``text`` that says more than that a tool
+    failed (box-drawing and line wrapping taken out), e.g. "OSError: [Errno 30] Read-only
+    file system: '/data/x'"."""
+    flat = re.sub(r"[\u2500-\u257f]+", " ", text)
+    flat = re.sub(r"\s+", " ", flat)
+    for m in _EXCEPTION.finditer(flat):
+        found = f"{m.group(1)}: {m.group(2).strip()}"[:400]
+        if not generic(m.group(2)) and "UnexpectedToolError" not in found:
+            return found
     return None
 
 

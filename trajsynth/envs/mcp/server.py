@@ -50,7 +50,7 @@ from ...core.ids import canonical_json, stable_hash
 from ..spec import Toolset, ToolSpec
 from ..tools import ToolError
 from .config import DETERMINISTIC_ENV, MCPConfig
-from .results import exception_message, interpret
+from .results import exception_message, generic, interpret, stderr_error
 from .state import StateCopies, find_state, units
 
 __all__ = ["Calls", "MCPServer"]
@@ -120,6 +120,7 @@ class MCPServer:
         cfg = self.config
         argv = cfg.argv()
         env = dict(_safe_env())
+        env |= {"COLUMNS": "400", "NO_COLOR": "1"}  # tracebacks in the log unwrapped, plain
         if cfg.deterministic:
             env.update({k: v for k, v in DETERMINISTIC_ENV.items() if k not in cfg.env})
         env.update(cfg.env)
@@ -146,10 +147,12 @@ class MCPServer:
                     self.name, why,
                 )  # fmt: skip
         self.isolation = mode
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix=f"trajsynth-mcp-{self.name}-"))
+            (self._scratch / "tmp").mkdir()
         if mode == "off" or not self._state_paths:
             self._translate = []
             return
-        self._scratch = Path(tempfile.mkdtemp(prefix=f"trajsynth-mcp-{self.name}-"))
         started = time.monotonic()
         self.copies = StateCopies(
             units(self._state_paths), self._scratch / "state", keep=cfg.snapshots
@@ -177,6 +180,10 @@ class MCPServer:
 
         argv = [self._to_server(a) for a in self._argv]
         env = {k: self._to_server(v) for k, v in self._env.items()}
+        assert self._scratch is not None
+        private_tmp = str(self._scratch / "tmp")
+        if self.isolation == "namespace" and "TMPDIR" not in self.config.env:
+            env["TMPDIR"] = private_tmp  # the only writable folder besides the copies
         spec: dict[str, Any] = {
             "argv": argv,
             "env": env,
@@ -191,9 +198,8 @@ class MCPServer:
                     binds.append([str(live), str(unit.path)])
                     if unit.overlay:
                         overlays.append(str(unit.path.parent))
-            spec |= {"writable": ["/tmp", "/var/tmp", "/dev/shm"], "binds": binds}
+            spec |= {"writable": [private_tmp, "/dev/shm"], "binds": binds}
             if overlays:
-                assert self._scratch is not None
                 layers = self._scratch / "layers"
                 layers.mkdir(exist_ok=True)
                 spec |= {"overlays": overlays, "layers": str(layers)}
@@ -215,6 +221,15 @@ class MCPServer:
         self._errlog.flush()
         self._errlog_start = self._errlog.tell()
         return self._errlog
+
+    def _stderr_since(self, offset: int) -> str:
+        """What the server wrote to stderr after ``offset`` (up to 64 KiB)."""
+        if self.stderr_path is None:
+            return ""
+        time.sleep(0.05)  # the server writes its traceback just after it answers
+        with open(self.stderr_path, "rb") as f:
+            f.seek(offset)
+            return f.read(65536).decode("utf-8", "replace")
 
     def stderr_tail(self, lines: int = 15) -> str:
         """The last lines the server wrote to stderr since it last started."""
@@ -260,12 +275,13 @@ class MCPServer:
                             fut.set_result(await fn(client))
                         except Exception as exc:
                             fut.set_exception(exc)
-            except BaseException as exc:
+            except BaseException as exc:  # said to the caller or logged, never lost
+                cancelled = isinstance(exc, asyncio.CancelledError)
                 if not ready.done():
                     ready.set_exception(exc)
-                else:
+                elif not cancelled:
                     log.warning("MCP %s: the session ended: %s", self.name, exception_message(exc))
-                if isinstance(exc, asyncio.CancelledError):
+                if cancelled:
                     raise
 
         self._loop = loop
@@ -328,10 +344,12 @@ class MCPServer:
         if queue is not None:
             loop.call_soon_threadsafe(queue.put_nowait, None)
         if task is not None:
-            try:
-                task.result(timeout=10)
+            try:  # an idle session ends at once; a busy one (a hung call) is cancelled
+                task.result(timeout=2)
             except BaseException:
                 task.cancel()
+                with contextlib.suppress(BaseException):
+                    task.result(timeout=8)  # the SDK's shutdown: stdin closed, group killed
         loop.call_soon_threadsafe(loop.stop)  # the thread ends: the launcher's death signal
 
     # -- requests --------------------------------------------------------------------------
@@ -417,6 +435,8 @@ class MCPServer:
         async def run(client: Any) -> Any:
             return await client.call_tool(name, args)
 
+        path = self.stderr_path
+        offset = os.path.getsize(path) if path is not None and path.exists() else None
         try:
             result = self._submit(run)
         except cf.TimeoutError:
@@ -431,6 +451,10 @@ class MCPServer:
         output, message = interpret(
             result, error_shapes=self.config.error_text, patterns=self._patterns
         )
+        if message is not None and generic(message) and offset is not None:
+            printed = stderr_error(self._stderr_since(offset))
+            if printed:
+                message = f"{message}: {printed}"
         return self._from_server(output), (
             None if message is None else self._from_server(message)
         )  # fmt: skip

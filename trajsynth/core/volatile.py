@@ -25,7 +25,7 @@ import re
 import time
 from typing import Any
 
-from .values import name_tokens
+from .jsonvalues import name_tokens
 
 __all__ = ["mask", "mask_text", "same_result"]
 
