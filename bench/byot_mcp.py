@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.envs.mcp_servers import NAMES, folder_hash, mcp_config, missing, user_folder
-from trajsynth.envs import EnvFactory
 from trajsynth.core.volatile import mask
+from trajsynth.envs import EnvFactory
 from trajsynth.pipeline import run_pipeline
 from trajsynth.store import read_records
 
@@ -69,8 +69,9 @@ def _rows(records: list[Any]) -> dict[str, Any]:
 
 
 def pipeline(name: str, home: Path, out: Path) -> dict[str, Any]:
+    server = json.dumps(mcp_config(name, home))
     overrides = [
-        f"defaults.env.toolsets={{{name}: {{backend: mcp, mcp: {json.dumps(mcp_config(name, home))}}}}}",
+        f"defaults.env.toolsets={{{name}: {{backend: mcp, mcp: {server}}}}}",
         "defaults.env.domains=[]",
         f"stages.tasks.with.tasks_per_domain={TASKS}",
         "stages.tasks.with.graph.similarity=lexical",

@@ -78,32 +78,13 @@ def user_folder(base: Path) -> Path:
     con.close()
     memory = home / "memory" / "memory.jsonl"
     memory.parent.mkdir()
-    memory.write_text(
-        "\n".join(
-            json.dumps(x)
-            for x in [
-                {
-                    "type": "entity",
-                    "name": "Ada",
-                    "entityType": "person",
-                    "observations": ["writes programs"],
-                },
-                {
-                    "type": "entity",
-                    "name": "Analytical Engine",
-                    "entityType": "machine",
-                    "observations": ["designed by Babbage"],
-                },
-                {
-                    "type": "relation",
-                    "from": "Ada",
-                    "to": "Analytical Engine",
-                    "relationType": "programs",
-                },
-            ]
-        )  # fmt: skip
-        + "\n"
-    )
+    records = [
+        {"type": "entity", "name": "Ada", "entityType": "person", "observations": ["writes programs"]},
+        {"type": "entity", "name": "Analytical Engine", "entityType": "machine",
+         "observations": ["designed by Babbage"]},
+        {"type": "relation", "from": "Ada", "to": "Analytical Engine", "relationType": "programs"},
+    ]  # fmt: skip
+    memory.write_text("".join(json.dumps(x) + "\n" for x in records))
     docs = home / "docs"
     (docs / "letters").mkdir(parents=True)
     (docs / "plan.md").write_text("# Plan\n\n1. Count stock\n2. Order pens\n")
