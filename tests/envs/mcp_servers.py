@@ -79,7 +79,8 @@ def user_folder(base: Path) -> Path:
     memory = home / "memory" / "memory.jsonl"
     memory.parent.mkdir()
     records = [
-        {"type": "entity", "name": "Ada", "entityType": "person", "observations": ["writes programs"]},
+        {"type": "entity", "name": "Ada", "entityType": "person",
+         "observations": ["writes programs"]},
         {"type": "entity", "name": "Analytical Engine", "entityType": "machine",
          "observations": ["designed by Babbage"]},
         {"type": "relation", "from": "Ada", "to": "Analytical Engine", "relationType": "programs"},
