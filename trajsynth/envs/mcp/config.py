@@ -99,7 +99,15 @@ class MCPConfig(StrictModel):
         description="File the server's stderr goes to (default: logs/mcp-<toolset>.log in "
         "the run folder, else in the temporary folder).",
     )
-    timeout_s: float = Field(default=60.0, gt=0, description="Longest wait for one request.")
+    timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Longest wait for one request; a call that takes longer stops the server "
+        "(the next call starts it again).",
+    )
+    start_timeout_s: float = Field(
+        default=120.0, gt=0, description="Longest wait for the server to start and answer."
+    )
     snapshots: int = Field(
         default=64, ge=1, description="States kept as copies for restoring (besides the first)."
     )

@@ -288,7 +288,7 @@ class MCPServer:
         self._task = asyncio.run_coroutine_threadsafe(serve(), loop)
         self.restarts += 1
         try:
-            ready.result(timeout=cfg.timeout_s)
+            ready.result(timeout=cfg.start_timeout_s)
         except BaseException as exc:
             self.close(keep_copies=True)
             detail = "no answer in time" if isinstance(exc, cf.TimeoutError) else (
