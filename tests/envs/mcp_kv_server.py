@@ -7,6 +7,7 @@ python mcp_kv_server.py STORE.json
 - ``log``: appends to the file named by $KV_LOG (a write the command does not name);
 - ``spawn_and_wait``: starts ``sleep`` with a marker argument, then waits (a hung call whose
   server has a child);
+- ``crash``: exits at once;
 - ``add``: a number parameter, for schema errors the server itself reports.
 """
 
@@ -74,6 +75,13 @@ def spawn_and_wait(marker: str, seconds: float) -> str:
     subprocess.Popen(["sleep", f"300.{marker}"])
     time.sleep(seconds)
     return "done"
+
+
+@server.tool(annotations=READ)
+def crash() -> str:
+    """Exit at once, as a server with a fatal bug does."""
+    print("fatal: the kv server lost its mind", file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 @server.tool(annotations=READ)

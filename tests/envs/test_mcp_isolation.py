@@ -221,6 +221,26 @@ def test_a_hung_call_stops_the_server_and_its_children(store: Path) -> None:
         f.close()
 
 
+def test_a_server_that_crashes_fails_the_call_and_starts_again(store: Path) -> None:
+    f = _factory(store)
+    try:
+        env = f.make("kv")
+        env.reset()
+        assert env.call("put", key="size", value="L").ok
+        started = time.monotonic()
+        crashed = env.call("crash")
+        assert crashed.category == "invalid_value"
+        assert (
+            crashed.error["message"]
+            == "crash: the server exited: fatal: the kv server lost its mind"
+        )
+        assert time.monotonic() - started < 30  # not the whole request timeout
+        assert env.call("get", key="size").output == {"key": "size", "value": "L"}
+        assert f.mcp_server("kv").restarts == 2
+    finally:
+        f.close()
+
+
 def test_a_killed_trajsynth_leaves_no_server_behind(store: Path, tmp_path: Path) -> None:
     marker = str(int(time.time() * 1000) % 10**9 + 7)
     script = tmp_path / "host.py"

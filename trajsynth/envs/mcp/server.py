@@ -14,7 +14,8 @@
 3) a call: the server's answer is read by :mod:`.results` (``isError``, error-shaped text,
    the server's exception text) and failures are logged once per tool and message, naming
    the tool. A call that outlives ``timeout_s`` stops the server (the next call starts it
-   again) and is a failure of that call. A server that wrote outside its declared state
+   again) and is a failure of that call; a server that exited (crashed) fails the call it
+   was answering and is started again for the next. A server that wrote outside its declared state
    ("read-only file system" for a path of the user's, under the namespace view) is given
    that path as state, restarted, and the call made again once;
 4) state: the state of an episode is the log of the calls that changed the server (a call to
@@ -305,6 +306,11 @@ class MCPServer:
 
     def _submit(self, fn: Callable[[Any], Awaitable[Any]], timeout: float | None = None) -> Any:
         with self.lock:
+            if self._task is not None and self._task.done():  # the server ended (a crash)
+                tail = self.stderr_tail(3)
+                log.warning("MCP %s: the server exited; starting it again%s", self.name,
+                            f" (its stderr: {tail})" if tail else "")  # fmt: skip
+                self.stop()
             if self._loop is None:
                 self._start()
             fut: cf.Future[Any] = cf.Future()
@@ -447,7 +453,13 @@ class MCPServer:
         except ConfigError:
             raise
         except Exception as exc:
-            return None, exception_message(exc)
+            message = exception_message(exc)
+            if "Connection closed" in message and not self.config.url:  # the process ended
+                printed = self._stderr_since(offset) if offset is not None else ""
+                last = [ln.strip() for ln in printed.splitlines() if ln.strip()][-1:]
+                self.stop()  # the next call starts it again
+                message = "the server exited" + (f": {last[0][:300]}" if last else "")
+            return None, message
         output, message = interpret(
             result, error_shapes=self.config.error_text, patterns=self._patterns
         )
