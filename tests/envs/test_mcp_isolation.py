@@ -150,6 +150,26 @@ def test_a_write_the_command_does_not_name_is_found_and_isolated(
     assert log_file.read_text() == ""
 
 
+def test_without_namespaces_the_server_gets_copies_at_their_own_paths(store: Path) -> None:
+    """``isolate: copy`` (what ``auto`` falls back to where no namespace can be made): the
+    command and env name the copies, results name the user's paths again."""
+    log_file = store.parent / "kv.log"
+    log_file.write_text("")
+    f = _factory(store, isolate="copy", env={"KV_LOG": str(log_file)})
+    try:
+        server = f.mcp_server("kv")
+        env = f.make("kv")
+        env.reset()
+        assert env.call("put", key="size", value="L").ok
+        assert env.call("log", text="hello").ok
+        assert server.isolation == "copy"
+        missing = env.call("get", key=str(store)).error["message"]
+        assert missing.endswith(f"no key {store}")  # the copy's path translated back
+    finally:
+        f.close()
+    assert json.loads(store.read_text()) == {"color": "blue"} and log_file.read_text() == ""
+
+
 def test_the_servers_own_error_text_names_the_tool(store: Path) -> None:
     f = _factory(store)
     try:
