@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.jsonvalues import name_tokens
+from .verifiers.schema import type_ok
 
 __all__ = [
     "Known",
@@ -49,6 +50,7 @@ __all__ = [
     "suggested",
 ]
 
+_JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
 _QUOTED = re.compile(r"'([^'\n]{1,80})'|\"([^\"\n]{1,80})\"|`([^`\n]{1,80})`")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[a-z]{2,}$", re.IGNORECASE)
 _FORMATS = {
@@ -162,16 +164,7 @@ def _type_ok(value: Any, schema: dict[str, Any]) -> bool:
             if isinstance(alt, dict) and alt.get("type") not in (None, "null"):
                 return _type_ok(value, alt)
         return True
-    checks = {
-        "string": lambda v: isinstance(v, str),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-        "boolean": lambda v: isinstance(v, bool),
-        "array": lambda v: isinstance(v, list),
-        "object": lambda v: isinstance(v, dict),
-        "null": lambda v: v is None,
-    }
-    return any(checks.get(k, lambda v: True)(value) for k in kinds)
+    return any(k not in _JSON_TYPES or type_ok(value, k) for k in kinds)
 
 
 def suggested(param: str, schema: dict[str, Any]) -> list[Any]:

@@ -34,33 +34,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _worker import (
-    CLONE_NEWNS,
-    CLONE_NEWPID,
-    CLONE_NEWUSER,
+from _worker import (  # found next to this file
     MS_BIND,
-    MS_PRIVATE,
     MS_REC,
     PR_SET_PDEATHSIG,
-    _check,
     libc,
     make_readonly,
     mount,
+    unshare_namespaces,
 )
-
-
-def unshare(root):
-    uid, gid = os.getuid(), os.getgid()
-    _check(libc().unshare(CLONE_NEWNS | CLONE_NEWPID | (0 if root else CLONE_NEWUSER)), "unshare")
-    if not root:  # the caller stays itself: files it writes keep their owner
-        for path, text in (
-            ("/proc/self/setgroups", "deny"),
-            ("/proc/self/uid_map", f"{uid} {uid} 1"),
-            ("/proc/self/gid_map", f"{gid} {gid} 1"),
-        ):
-            with open(path, "w") as f:
-                f.write(text)
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
 
 
 def build_view(spec):
@@ -111,7 +93,7 @@ def main():
         os._exit(1)
     namespace = bool(spec.get("namespace"))
     if namespace:
-        unshare(os.geteuid() == 0)  # 2
+        unshare_namespaces(network=False, inside_uid=None)  # 2: the caller stays itself
     if spec.get("probe"):
         pid = os.fork()
         if pid == 0:
