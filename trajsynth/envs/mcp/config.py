@@ -4,12 +4,13 @@ toolset in ``defaults.env.toolsets``)."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ...core.config import StrictModel
 from ...core.errors import ConfigError
@@ -111,6 +112,16 @@ class MCPConfig(StrictModel):
     snapshots: int = Field(
         default=64, ge=1, description="States kept as copies for restoring (besides the first)."
     )
+
+    @field_validator("error_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        for p in value:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise ValueError(f"{p!r} is not a regular expression ({exc})") from None
+        return value
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPConfig:
