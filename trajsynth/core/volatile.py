@@ -68,18 +68,24 @@ def _epoch(value: float) -> bool:
     return any(now - _TEN_YEARS <= value / scale <= now + 86400 for scale in (1, 1000))
 
 
-def mask(value: Any, key: str | None = None) -> Any:
-    """Steps 1-3 on a JSON value (``key``: the member it is the value of)."""
-    if key is not None and _time_key(key) and isinstance(value, (str, int, float, bool)):
+def mask(value: Any, key: str | None = None, *, by_name: bool = True) -> Any:
+    """Steps 1-3 on a JSON value (``key``: the member it is the value of); ``by_name=False``
+    leaves out the members masked by their name alone (step 3's first half)."""
+    if (
+        by_name
+        and key is not None
+        and _time_key(key)
+        and isinstance(value, (str, int, float, bool))
+    ):
         return "<time>"
     if isinstance(value, str):
         return mask_text(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and _epoch(float(value)):
         return "<time>"
     if isinstance(value, list):
-        return [mask(v) for v in value]
+        return [mask(v, by_name=by_name) for v in value]
     if isinstance(value, dict):
-        return {k: mask(v, str(k)) for k, v in value.items()}
+        return {k: mask(v, str(k), by_name=by_name) for k, v in value.items()}
     return value
 
 

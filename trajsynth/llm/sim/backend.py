@@ -5,7 +5,7 @@
 2. validate ``metadata`` against the behaviour's contract (``contracts.py``); an invalid
    payload is an error of the calling stage, reported on the request;
 3. for each of the ``n`` choices, seed the draws with (sim seed, behaviour, request seed,
-   choice index, hash of the metadata with its volatile parts masked: times and minted ids,
+   choice index, hash of the metadata with what reads as a time or a minted id masked,
    :mod:`trajsynth.core.volatile`) — at temperature 0 every choice is the same, as with
    greedy decoding — and run the behaviour;
 4. render the result as the API would return it: calls as native ``tool_calls`` or as text
@@ -101,7 +101,7 @@ class SimBackend(Backend):
                     f"sim {behaviour}: invalid metadata: {where}: {first['msg']}"
                 ) from None
         # the draws do not depend on what a replay may change (times, minted ids)
-        meta_hash = stable_hash(mask(meta_raw)) if meta_raw else ""
+        meta_hash = stable_hash(mask(meta_raw, by_name=False)) if meta_raw else ""
         greedy = request.temperature is not None and request.temperature == 0
         choices, completion_tokens = [], 0
         for i in range(request.n):
