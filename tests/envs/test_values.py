@@ -40,9 +40,9 @@ def test_values_of_a_kind() -> None:
                                            "Europe/Paris", "America/Chicago", "Australia/Sydney",
                                            "Asia/Kolkata", "America/Los_Angeles",
                                            "Europe/Berlin", "UTC"}  # fmt: skip
+    columns = [["id", "INTEGER"], ["name", "TEXT"], ["price", "REAL"]]
     known = Known(dirs=["/data/repo"], files=["/data/repo/a.txt"],
-                  nouns={"branch": ["main", "restock"]},
-                  tables={"items": [["id", "INTEGER"], ["name", "TEXT"], ["price", "REAL"]]})  # fmt: skip
+                  nouns={"branch": ["main", "restock"]}, tables={"items": columns})  # fmt: skip
     assert invent("repo_path", {"type": "string"}, rng, known) == "/data/repo"
     assert invent("path", {"type": "string", "description": "the file to read"}, rng, known) == (
         "/data/repo/a.txt"
