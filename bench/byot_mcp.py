@@ -174,6 +174,21 @@ def main() -> None:
                 + (f"  error {row['error']}" if "error" in row else ""),
                 flush=True,
             )
+    print(
+        "\n| server | tools | tasks | verified rows | replay-identical rows | wall time | "
+        "tasks/min | reset: restore / restart | user folder unchanged |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+        if "skipped" in r or "error" in r:
+            print(f"| {name} | {r.get('skipped') or r.get('error')} |||||||| ")
+            continue
+        reset = (f"{1000 * r['reset_state_s']:.0f} ms / {r['reset_restart_s']:.1f} s "
+                 f"({r['reset_speedup']:.0f}x)" if "reset_speedup" in r else "-")  # fmt: skip
+        print(f"| {name} | {r.get('tools', '-')} | {r.get('tasks', '-')} | "
+              f"{r.get('verified', '-')} | {r.get('identical', '-')} of {r.get('rows', '-')} | "
+              f"{r.get('seconds', '-')} s | {r.get('tasks_per_min', '-')} | {reset} | "
+              f"{'yes' if r['unchanged'] else 'NO'} |")  # fmt: skip
     speedups = [r["reset_speedup"] for r in results.values() if "reset_speedup" in r]
     summary = {
         "servers": results,
