@@ -24,6 +24,7 @@ from trajsynth.graph import (
     PathCall,
     build_graph,
     connect,
+    fan_out,
     insert,
     magnify,
     merge,
@@ -151,6 +152,31 @@ def test_insert_adds_the_nested_call_bound_to_the_turn(tiny) -> None:
     # the LLM check can refuse the nested relation
     none = insert(tiny, to_turns(path), random.Random(0), p=1.0, accept=lambda s, t: False)
     assert [c.tool for c in none.calls()] == ["get_distance"]
+
+
+def test_fan_out_repeats_a_free_leaf_call_in_its_turn(tiny) -> None:
+    single = to_turns([PathCall(0, "find_city")])
+    out = fan_out(single, random.Random(0), p=1.0, copies=3)
+    calls = out.turns[0].calls
+    assert {c.tool for c in calls} == {"find_city"} and 2 <= len(calls) <= 4
+    assert [c.replica_of for c in calls[1:]] == [0] * (len(calls) - 1)
+    assert len(out.turns[0].steps()) == 1  # one parallel step
+    assert problems(tiny, out) == [] and FSP.from_json(out.to_json()) == out
+    # a call that feeds a later one is never repeated; p = 0 changes nothing
+    chain = to_turns(random_walk(tiny, random.Random(1), steps=2, start="find_city"))
+    fanned = fan_out(merge(chain, random.Random(0), p=1.0), random.Random(0), p=1.0)
+    feeding = {b.source for c in fanned.calls() for b in c.bindings}
+    assert all(c.replica_of not in feeding for c in fanned.calls() if c.replica_of is not None)
+    assert fan_out(single, random.Random(0), p=0.0).turns == single.turns
+    # a replica of another function, or one that takes a bound value, is illegal
+    bad = FSP(
+        (
+            single.turns[0].__class__(
+                calls=(PathCall(0, "find_city"), PathCall(1, "get_distance", replica_of=0))
+            ),
+        )
+    )
+    assert any("not a replica" in p for p in problems(tiny, bad))
 
 
 def test_split_param_and_func(tiny) -> None:

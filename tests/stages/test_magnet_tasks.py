@@ -199,3 +199,50 @@ def test_llm_edge_check_and_graph_stats() -> None:
     stats = values["graph.travel"]
     assert stats["judged"]["asked"] >= 40 and stats["dependent_pairs"] >= 30
     assert rows
+
+
+def test_fan_out_repeats_a_call_with_other_values_in_one_turn() -> None:
+    rows, _ = synthesize(
+        tasks_per_domain=4, walk_steps=1, parallel_p=1.0, parallel_copies=2, split_p=0.0,
+        magnify_p=0.0, connect_p=0.0, insert_p=0.0,
+    )  # fmt: skip
+    assert len(rows) == 20
+    fanned = 0
+    for r in rows:
+        gt = GroundTruth.from_json(r.ground_truth)
+        step = gt.turns[0].steps[0]
+        if len(step) < 2:
+            continue
+        fanned += 1
+        assert "parallel_calls" in r.capabilities
+        assert len({c.name for c in step}) == 1  # one function, asked several times...
+        args = [json.dumps(c.arguments, sort_keys=True) for c in step]
+        assert len(set(args)) == len(args)  # ...with other values each time
+        assert "fan_out:1" in gt.extra["operations"]
+    assert fanned >= 15  # a tool whose values cannot differ drops out, the rest fan out
+
+
+def test_irrelevant_tasks_offer_no_tool_that_fits() -> None:
+    rows, _ = synthesize(tasks_per_domain=3, irrelevant_p=1.0, distractors=(2, 4))
+    assert len(rows) == 15
+    for r in rows:
+        gt = GroundTruth.from_json(r.ground_truth)
+        assert r.capabilities == ["no_tool_needed"] and gt.flat_calls() == []
+        (turn,) = gt.turns
+        assert turn.kind == "clarify" and not turn.steps and turn.answer
+        (withheld,) = gt.extra["withheld_tools"]
+        offered = {t["function"]["name"] for t in r.tools}
+        assert withheld not in offered and 2 <= len(offered) <= 4
+        assert r.goal and withheld not in r.goal
+
+
+def test_distractors_drawn_from_a_range() -> None:
+    rows, _ = synthesize(tasks_per_domain=6, distractors=(0, 3), split_p=0.0)
+    extra = set()
+    for r in rows:
+        gt = GroundTruth.from_json(r.ground_truth)
+        needed = {c.name for c in gt.flat_calls()}
+        offered = {t["function"]["name"] for t in r.tools}
+        assert needed <= offered
+        extra.add(len(offered - needed))
+    assert extra <= {0, 1, 2, 3} and len(extra) >= 3

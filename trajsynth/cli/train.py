@@ -295,7 +295,31 @@ def train_grpo_command(
 
 @app.command("eval")
 def eval_command(
-    tasks: Annotated[Path, typer.Option(help="Held-out task rows.")] = ...,  # type: ignore[assignment]
+    tasks: Annotated[
+        Path | None, typer.Option(help="Held-out task rows (or use --benchmark).")
+    ] = None,
+    benchmark: Annotated[
+        str | None,
+        typer.Option(help="A public benchmark instead of --tasks: bfcl.", metavar="NAME"),
+    ] = None,
+    categories: Annotated[
+        str | None,
+        typer.Option(
+            help="With --benchmark bfcl: comma-separated categories (default: simple_python, "
+            "multiple, parallel, parallel_multiple, live_simple, live_multiple, irrelevance, "
+            "live_irrelevance).",
+            metavar="LIST",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --benchmark: the benchmark's data (default: the bfcl-eval wheel's)."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="With --benchmark: write the report as JSON here.")
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="A model folder or name (smollm2-135m).")
     ] = None,
@@ -306,50 +330,68 @@ def eval_command(
     api_key_env: Annotated[
         str | None, typer.Option(help="Environment variable with the endpoint's API key.")
     ] = None,
-    limit: Annotated[int | None, typer.Option(help="Evaluate the first N tasks.")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            help="Evaluate the first N tasks (--benchmark: N per category, spread).", min=1
+        ),
+    ] = None,
     temperature: Annotated[float, typer.Option(help="0: greedy.")] = 0.0,
     max_steps: Annotated[int, typer.Option(help="Assistant turns per episode.")] = 8,
-    max_new_tokens: Annotated[int, typer.Option(help="Tokens per turn.")] = 256,
+    max_new_tokens: Annotated[
+        int | None, typer.Option(help="Tokens per turn (default 256; --benchmark: 384).")
+    ] = None,
     max_observation_chars: Annotated[
         int | None, typer.Option(help="Longest tool output shown.")
     ] = 16_000,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, mps.")] = "auto",
     episodes: Annotated[
-        Path | None, typer.Option(help="Write every episode (messages, scores) as JSON here.")
+        Path | None,
+        typer.Option(help="Write every episode (or benchmark answer) as JSON here."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Score a model on held-out tasks with the shared verifiers, per capability and overall."""
+    """Score a model on held-out tasks, or on a public benchmark (--benchmark bfcl)."""
     if (model is None) == (base_url is None):
         raise ConfigError(
             "give exactly one of --model DIR or --base-url URL (DIR: a folder or name)"
         )
+    if benchmark is not None:
+        if tasks is not None:
+            raise ConfigError("give either --tasks or --benchmark, not both")
+        _eval_benchmark(
+            benchmark,
+            categories=categories,
+            data_dir=data_dir,
+            out=out,
+            limit=limit,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            player=_eval_client(model, base_url, api_model, api_key_env, device, 16),
+            name=str(model) if model is not None else f"{base_url} {api_model}".strip(),
+            answers=episodes,
+            as_json=as_json,
+        )
+        return
+    if tasks is None:
+        raise ConfigError("give --tasks ROWS (held-out task rows) or --benchmark bfcl")
+    for flag, value in (("--categories", categories), ("--data-dir", data_dir), ("--out", out)):
+        if value is not None:
+            raise ConfigError(f"{flag} goes with --benchmark")
     from ..train.rollout import ChatPlayer, RolloutConfig
 
     rows = _records(tasks, "tasks")[:limit]
     if not rows:
         raise InputNotFoundError(f"no task rows in {tasks}")
-    cfg = RolloutConfig(temperature=temperature, max_steps=max_steps, max_new_tokens=max_new_tokens)
+    cfg = RolloutConfig(
+        temperature=temperature, max_steps=max_steps, max_new_tokens=max_new_tokens or 256
+    )
+    client = _eval_client(model, base_url, api_model, api_key_env, device, cfg.batch_size)
     if model is not None:
-        _require_train_extra()
-        folder = _model_folder(model)
-        if folder == "tiny":
-            raise ConfigError("--model tiny is built by train-sft; evaluate its output folder")
-        from ..llm.base import RoleConfig
-        from ..llm.local import LocalBackend
-        from ..train.modeling import resolve_device
-
-        local = {"device": resolve_device(device), "batch_size": cfg.batch_size}
-        backend = LocalBackend(RoleConfig(backend="local", model=str(folder), local=local))
-        player = ChatPlayer.local(backend, logprobs=True)
+        player = ChatPlayer(client, logprobs=True)
         name = str(model)
     else:
-        from ..llm.client import client_for_role
-
-        role = {"backend": "openai", "base_url": base_url, "model": api_model, "cache": False}
-        if api_key_env:
-            role["api_key_env"] = api_key_env
-        player = ChatPlayer(client_for_role("eval", {"eval": role}))
+        player = ChatPlayer(client)
         name = f"{base_url} {api_model}".strip()
     from ..train.eval import evaluate
     from ..train.synth import env_maker
@@ -361,6 +403,108 @@ def eval_command(
         print(json.dumps(report.model_dump(exclude={"episodes"})))
         return
     _print_report(name, report)
+
+
+def _eval_client(
+    model: str | None,
+    base_url: str | None,
+    api_model: str,
+    api_key_env: str | None,
+    device: str,
+    batch_size: int,
+) -> Any:
+    """The llm client that plays ``--model`` (a local checkpoint, batched) or ``--base-url``."""
+    if model is not None:
+        _require_train_extra()
+        folder = _model_folder(model)
+        if folder == "tiny":
+            raise ConfigError("--model tiny is built by train-sft; evaluate its output folder")
+        from ..llm.base import RoleConfig
+        from ..llm.client import LLMClient
+        from ..llm.local import LocalBackend
+        from ..train.modeling import resolve_device
+
+        local = {"device": resolve_device(device), "batch_size": batch_size}
+        backend = LocalBackend(RoleConfig(backend="local", model=str(folder), local=local))
+        return LLMClient("student", backend.config, backend, None)
+    from ..llm.client import client_for_role
+
+    role: dict[str, Any] = {"backend": "openai", "base_url": base_url, "model": api_model}
+    role["cache"] = False
+    if api_key_env:
+        role["api_key_env"] = api_key_env
+    return client_for_role("eval", {"eval": role})
+
+
+def _eval_benchmark(
+    benchmark: str,
+    *,
+    categories: str | None,
+    data_dir: Path | None,
+    out: Path | None,
+    limit: int | None,
+    temperature: float,
+    max_new_tokens: int | None,
+    player: Any,
+    name: str,
+    answers: Path | None,
+    as_json: bool,
+) -> None:
+    """``eval --benchmark bfcl``: BFCL's single-turn categories (:mod:`trajsynth.train.bfcl`)."""
+    if benchmark.lower() != "bfcl":
+        raise ConfigError(f"unknown benchmark {benchmark!r}", hint="available: bfcl")
+    from ..train.bfcl import DEFAULT_CATEGORIES, BfclConfig, evaluate_bfcl
+
+    cats = categories.split(",") if categories else list(DEFAULT_CATEGORIES)
+    cfg = BfclConfig(
+        categories=cats,
+        limit=limit,
+        data_dir=str(data_dir) if data_dir is not None else None,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens or 384,
+    )
+    with Progress(
+        TextColumn("[bold]bfcl[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=as_json or not err_console.is_terminal,
+    ) as bar:
+
+        def progress(total: int) -> Any:
+            task = bar.add_task("", total=total)
+            return lambda n: bar.advance(task, n)
+
+        report = evaluate_bfcl(player, cfg, model=name, progress=progress)
+    if answers is not None:
+        answers.write_text(json.dumps(report.answers, indent=1, default=str))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report.model_dump(), indent=1))
+    if as_json:
+        print(json.dumps(report.model_dump()))
+        return
+    print_bfcl_report(report)
+
+
+def print_bfcl_report(report: Any) -> None:
+    """A BFCL report as a table: accuracy per category with its count and main errors."""
+    from rich.table import Table
+
+    per = f", {report.limit} per category" if report.limit else ""
+    t = Table(title=f"BFCL: {report.model} ({report.seconds:.0f}s{per})", title_justify="left")
+    t.add_column("category")
+    t.add_column("accuracy", justify="right")
+    t.add_column("correct", justify="right")
+    t.add_column("main errors")
+    for cat, score in report.categories.items():
+        errs = ", ".join(f"{k} {v}" for k, v in list(score.errors.items())[:3])
+        t.add_row(cat, f"{score.accuracy:.1%}", f"{score.correct}/{score.total}", errs)
+    if report.mean is not None:
+        t.add_row("[bold]mean[/] (5 AST categories)", f"[bold]{report.mean:.1%}[/]", "", "")
+    console.print(t)
+    sys.stdout.flush()
 
 
 def _print_report(name: str, report: Any) -> None:

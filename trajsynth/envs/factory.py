@@ -70,6 +70,16 @@ class ToolsetConfig(StrictModel):
         description="Toolset file (a toolset.json or an OpenAI tools JSON list); for `code`, "
         "optional (the methods' signatures give the specs).",
     )
+    format: str | None = Field(
+        default=None,
+        description="Import `file` (a file or folder) from this format on load instead of "
+        "reading a toolset file: openai, bfcl, tau, toolalpaca, stabletoolbench, apibank "
+        "(`trajsynth tools import` does the same once, to a file).",
+    )
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="Tool names left out of the toolset (e.g. names a benchmark uses).",
+    )
     backend: Literal["simulated", "code", "mcp", "replay"] = Field(
         default="simulated",
         description="simulated: a stateful simulator answers in each tool's output schema; "
@@ -89,6 +99,16 @@ class ToolsetConfig(StrictModel):
         description="Per-tool backends where a toolset mixes them: tool name → backend; "
         "`backend` runs the rest.",
     )
+
+    def load_specs(self) -> Toolset | None:
+        """The specs of `file` (imported when `format` is set); None without a file."""
+        if not self.file:
+            return None
+        if self.format:
+            from .importers import import_tools
+
+            return import_tools(self.file, self.format)
+        return Toolset.load(Path(self.file))
 
     def backends(self) -> list[str]:
         """Every backend this toolset uses, the default first."""
@@ -131,6 +151,12 @@ class EnvConfig(StrictModel):
     python_exec: bool = Field(
         default=False, description="Offer the sandboxed python_exec tool in built-in domains."
     )
+    decontaminate: Literal["bfcl"] | None = Field(
+        default=None,
+        description="Leave out of every domain the tools whose names a benchmark's test "
+        "functions use (bfcl: every BFCL single-turn function, from the bfcl-eval wheel), "
+        "so no task offers or calls one.",
+    )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     recording: Literal["off", "record", "replay"] = Field(
         default="off",
@@ -147,6 +173,12 @@ class EnvConfig(StrictModel):
     validate_arguments: bool = Field(
         default=True, description="Check arguments against the tool's schema before running."
     )
+
+
+def _without(ts: Toolset, names: list[str]) -> Toolset:
+    """``ts`` less the tools ``names`` (names it does not have are ignored)."""
+    drop = set(names)
+    return ts.subset([n for n in ts.names() if n not in drop]) if drop else ts
 
 
 class EnvFactory:
@@ -177,6 +209,7 @@ class EnvFactory:
         self._toolsets: dict[str, Toolset] = {}
         self._owners: dict[str, dict[str, str]] = {}
         self._python_exec: Any = None
+        self._excluded: frozenset[str] | None = None
         #: the simulator's answering model (the ``tool`` LLM role), and its answers
         self.answer = answer
         self.answers = AnswerCache()
@@ -204,13 +237,16 @@ class EnvFactory:
         """The tools offered in ``domain`` (``Toolset.to_openai()`` is the ``tools`` column)."""
         self._check(domain)
         if domain in self.config.toolsets:
+            benchmark = sorted(self._benchmark_names())
             with self._lock:
                 if domain not in self._toolsets:
                     tc = self.toolset_config(domain)
                     if tc.tools:
-                        self._toolsets[domain], self._owners[domain] = self._mixed(domain, tc)
+                        ts, self._owners[domain] = self._mixed(domain, tc)
+                        drop = [*tc.exclude, *benchmark]
+                        self._toolsets[domain] = _without(ts, drop)
                         return self._toolsets[domain]
-                    ts = Toolset.load(Path(tc.file)) if tc.file else None
+                    ts = tc.load_specs()
                     if tc.backend == "code":
                         from .code import toolset_from_targets
 
@@ -220,12 +256,23 @@ class EnvFactory:
                     assert ts is not None
                     if tc.backend == "simulated":
                         ts = with_responses(ts)
+                    ts = _without(ts, [*tc.exclude, *benchmark])
                     self._toolsets[domain] = ts.model_copy(update={"name": domain})
             return self._toolsets[domain]
-        ts = get_domain(domain).toolset()
+        ts = _without(get_domain(domain).toolset(), sorted(self._benchmark_names()))
         if self.config.python_exec:
             ts = ts.merged(Toolset(tools=[self._python_exec_tool().spec]))
         return ts
+
+    def _benchmark_names(self) -> frozenset[str]:
+        """The tool names ``decontaminate`` leaves out (read once)."""
+        if self.config.decontaminate is None:
+            return frozenset()
+        if self._excluded is None:  # a race reads the same names twice, harmlessly
+            from .importers.bfcl import single_turn_index
+
+            self._excluded = single_turn_index().names
+        return self._excluded
 
     def _part(self, domain: str, tc: ToolsetConfig, backend: str, specs: Toolset | None) -> Toolset:
         """Every tool one backend of a mixed toolset could run."""
@@ -242,7 +289,7 @@ class EnvFactory:
         """The tools of a toolset with per-tool backends, and each one's backend: the file's
         tools (else the default backend's) plus the tools named in ``tools``; a tool's spec
         comes from the file when it has one, else from the backend that runs it."""
-        specs = Toolset.load(Path(tc.file)) if tc.file else None
+        specs = tc.load_specs()
         parts = {b: self._part(domain, tc, b, specs) for b in tc.backends()}
         base = specs if specs is not None else parts[tc.backend]
         unknown = [t for t in tc.tools if t not in base.names() and all(

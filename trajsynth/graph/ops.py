@@ -29,6 +29,7 @@ The operations, in the order a task is built:
   (Magnet's p = 0.3);
 - :func:`insert`: after a turn's last call, a nested or implicit call it feeds (the user never
   names it), in the same turn or, for a long dependency, at the end of a later turn;
+- :func:`fan_out` (ours, not Magnet's): a call repeated in its turn with other values;
 - :func:`split`: a turn whose right answer is a clarifying question and no call: ``param``
   (a required value the user leaves out) or ``func`` (a request for a function that is not
   offered, inserted after a random turn).
@@ -57,6 +58,7 @@ __all__ = [
     "PathCall",
     "TurnPlan",
     "connect",
+    "fan_out",
     "insert",
     "magnify",
     "merge",
@@ -88,6 +90,7 @@ class PathCall:
     tool: str
     bindings: tuple[Binding, ...] = ()
     inserted: bool = False  # added by Insert: a nested/implicit call the user does not name
+    replica_of: int | None = None  # added by fan_out: the same function as call `replica_of`
 
     def bound(self) -> dict[str, Binding]:
         return {b.param: b for b in self.bindings}
@@ -138,6 +141,7 @@ class FSP:
                             "uid": c.uid,
                             "tool": c.tool,
                             "inserted": c.inserted,
+                            **({"replica_of": c.replica_of} if c.replica_of is not None else {}),
                             "bindings": [
                                 {"param": b.param, "source": b.source, "field": b.field}
                                 for b in c.bindings
@@ -162,6 +166,7 @@ class FSP:
                             c["tool"],
                             tuple(Binding(**b) for b in c["bindings"]),
                             c.get("inserted", False),
+                            c.get("replica_of"),
                         )
                         for c in t["calls"]
                     ),
@@ -209,10 +214,20 @@ def problems(graph: SignatureGraph, path: FSP | Sequence[PathCall]) -> list[str]
                     f"call {c.uid} ({c.tool}) asks the user for {param} although "
                     f"{earlier[-1]} (earlier) produces it"
                 )
+    for c in calls:  # a replica repeats its original's function, in the same data flow
+        if c.replica_of is not None:
+            j = position.get(c.replica_of)
+            if j is None or calls[j].tool != c.tool or c.bindings:
+                out.append(f"call {c.uid} is not a replica of call {c.replica_of}")
     if len(calls) > 1:  # 3)
         links = nx.Graph()
         links.add_nodes_from(c.uid for c in calls)
         links.add_edges_from((b.source, c.uid) for c in calls for b in c.bindings)
+        links.add_edges_from(
+            (c.replica_of, c.uid)
+            for c in calls
+            if c.replica_of is not None and c.replica_of in position
+        )
         if not nx.is_connected(links):
             out.append("the calls are not connected by data flow")
     return out
@@ -475,6 +490,33 @@ def merge(fsp: FSP, rng: random.Random, *, p: float = 0.3) -> FSP:
             out.append(a)
             i += 1
     return FSP(turns=tuple(out), log=(*fsp.log, f"merge:{merged}"))
+
+
+def fan_out(fsp: FSP, rng: random.Random, *, p: float = 0.3, copies: int = 2) -> FSP:
+    """Fan-out: the same function called several times in one turn with other values ("the
+    weather in Boston and in Oslo": BFCL's *parallel* category, APIGen's parallel calls).
+    With probability ``p`` per tool turn, one of its calls that takes no value from another
+    call and gives none to one gets 1 to ``copies`` replicas right after it, each marked
+    ``replica_of`` (the values are drawn per call when the path is executed, so they differ).
+    Not in Magnet, whose operations never repeat a function in one turn."""
+    feeding = {b.source for c in fsp.calls(executed=False) for b in c.bindings}
+    uid = _next_uid(fsp.calls(executed=False))
+    turns: list[TurnPlan] = []
+    fanned = 0
+    for t in fsp.turns:
+        free = [c for c in t.calls if not c.bindings and c.uid not in feeding and not c.inserted]
+        if t.kind != "tool" or not free or rng.random() >= p:
+            turns.append(t)
+            continue
+        target = rng.choice(free)
+        extra = []
+        for _ in range(rng.randint(1, max(1, copies))):
+            extra.append(PathCall(uid, target.tool, replica_of=target.uid))
+            uid += 1
+        at = t.calls.index(target) + 1
+        turns.append(replace(t, calls=(*t.calls[:at], *extra, *t.calls[at:])))
+        fanned += 1
+    return FSP(turns=tuple(turns), log=(*fsp.log, f"fan_out:{fanned}"))
 
 
 def insert(

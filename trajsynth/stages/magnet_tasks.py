@@ -55,7 +55,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..core.batch import to_batch
 from ..core.ids import seed_from, stable_id
@@ -69,6 +69,7 @@ from ..graph import (
     SignatureGraph,
     build_graph,
     connect,
+    fan_out,
     insert,
     magnify,
     merge,
@@ -77,7 +78,7 @@ from ..graph import (
     split,
     to_turns,
 )
-from ..graph.ops import PathCall
+from ..graph.ops import PathCall, TurnPlan
 from .common.grounding import (
     ExecutedCall,
     FeedFeedback,
@@ -135,11 +136,26 @@ class MagnetTasksConfig(StageConfig):
     env_seeds: list[int] = Field(default_factory=lambda: [0], description="Environment seeds.")
     query_role: str = Field("query_writer", description="LLM role of the back-translation.")
     n_queries: int = Field(3, ge=1, le=10, description="Phrasings asked per turn.")
-    distractors: int | None = Field(
+    distractors: int | tuple[int, int] | None = Field(
         None,
-        ge=0,
         description="Offer only the tools the gold calls use plus this many others of the "
-        "domain, drawn per task (LoopTool's dialogs offer 3 to 11); none: the whole toolset.",
+        "domain, drawn per task, or [lo, hi]: a number drawn per task (LoopTool's dialogs "
+        "offer 3 to 11); none: the whole toolset.",
+    )
+    parallel_p: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Fan-out probability per turn: a call the user asks for again with other "
+        "values in the same turn (BFCL's parallel calls; 0: never).",
+    )
+    parallel_copies: int = Field(2, ge=1, le=5, description="Fan-out: replicas at most.")
+    irrelevant_p: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Probability a task is one request that no offered tool can do (its "
+        "function is withheld): the right answer is a reply, no call (BFCL's irrelevance).",
     )
     block: int = Field(
         32,
@@ -148,6 +164,14 @@ class MagnetTasksConfig(StageConfig):
         "while the next block is synthesized.",
     )
     system_prompt: str | None = Field(None, description="Overrides the shared system prompt.")
+
+    @field_validator("distractors")
+    @classmethod
+    def _distractors(cls, v: int | tuple[int, int] | None) -> int | tuple[int, int] | None:
+        lo, hi = (v, v) if isinstance(v, int) else v or (0, 0)
+        if lo < 0 or hi < lo:
+            raise ValueError("distractors: a count ≥ 0, or [lo, hi] with 0 ≤ lo ≤ hi")
+        return v
 
 
 @dataclass
@@ -270,6 +294,8 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
     def path(self, graph: SignatureGraph, rng: random.Random) -> FSP:
         """Steps 2-3: walk, MAGNIFY, CONNECT, then turns, Merge, Insert, Split."""
         cfg = self.config
+        if cfg.irrelevant_p and rng.random() < cfg.irrelevant_p:
+            return _irrelevant(graph, rng)
         path = random_walk(graph, rng, steps=rng.randint(cfg.min_walk_steps, cfg.walk_steps))
         log = []
         if rng.random() < cfg.magnify_p:
@@ -296,6 +322,8 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         fsp = insert(graph, fsp, rng, p=cfg.insert_p, long_range=cfg.insert_long_range)
         if len(fsp.calls()) > cfg.max_calls:
             fsp = _cut_fsp(graph, fsp, cfg.max_calls)
+        if cfg.parallel_p:
+            fsp = fan_out(fsp, rng, p=cfg.parallel_p, copies=cfg.parallel_copies)
         if rng.random() < cfg.split_p:
             with contextlib.suppress(OperationError):
                 fsp = split(graph, fsp, rng)
@@ -325,6 +353,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                 c.tool,
                 {b.param: (index[b.source], b.field) for b in c.bindings},
                 execute=t.missing != "func",
+                differ_from=(index[c.replica_of],) if c.replica_of is not None else (),
             )
             for t in fsp.turns
             for c in t.calls
@@ -484,7 +513,8 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                 caps.add("parallel_calls")
         executed_calls = [c for c in cand.calls if c.executed]
         n = len(executed_calls)
-        caps.add("single_call" if n == 1 else "multi_call")
+        if n:
+            caps.add("single_call" if n == 1 else "multi_call")
         if any(c.bindings for c in executed_calls):
             caps.add("dependent_calls")
         for c in executed_calls:
@@ -509,9 +539,11 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         if cfg.distractors is not None:
             needed = {c.name for c in gt.flat_calls()}
             others = sorted(t["function"]["name"] for t in tools)
-            others = [n for n in others if n not in needed]
+            others = [n for n in others if n not in needed and not _alike(graph, n, cand.withheld)]
             r = random.Random(seed_from("magnet_tasks.distractors", rid))
-            keep = needed | set(r.sample(others, min(cfg.distractors, len(others))))
+            lo, hi = (cfg.distractors,) * 2 if isinstance(cfg.distractors, int) else cfg.distractors
+            count = lo if lo == hi else r.randint(lo, hi)
+            keep = needed | set(r.sample(others, min(max(count, 0 if needed else 1), len(others))))
             tools = [t for t in tools if t["function"]["name"] in keep]
         policy = _domain_policy(cand.domain)
         system = cfg.system_prompt or system_prompt(policy)
@@ -537,6 +569,32 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
 # --------------------------------------------------------------------------------------
 
 
+def _irrelevant(graph: SignatureGraph, rng: random.Random) -> FSP:
+    """One request for a function the task will not offer (a miss-func turn alone)."""
+    tool = rng.choice(sorted(graph.functions))
+    turn = TurnPlan(calls=(PathCall(0, tool),), kind="clarify", missing="func", detail=tool)
+    return FSP(turns=(turn,), log=("irrelevant",))
+
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def _alike(graph: SignatureGraph, name: str, withheld: list[str]) -> bool:
+    """Could ``name`` do what a withheld function does (so offering it would make the
+    request answerable)? Jaccard similarity of their name and description words ≥ 0.5."""
+
+    def words(n: str) -> set[str]:
+        spec = graph.spec(n)
+        return set(_TOKEN.findall(f"{n.replace('_', ' ')} {spec.description}".lower()))
+
+    mine = words(name)
+    for other in withheld:
+        theirs = words(other)
+        if mine and theirs and len(mine & theirs) / len(mine | theirs) >= 0.5:
+            return True
+    return False
+
+
 def _cut(graph: SignatureGraph, path: list[PathCall], n: int) -> list[PathCall]:
     """The longest legal prefix of at most ``n`` calls."""
     for m in range(min(n, len(path)), 0, -1):
@@ -550,7 +608,9 @@ def _cut_fsp(graph: SignatureGraph, fsp: FSP, n: int) -> FSP:
     turns = list(fsp.turns)
     while turns and (sum(len(t.calls) for t in turns) > n or problems(graph, FSP(tuple(turns)))):
         turns.pop()
-    return FSP(tuple(turns) or fsp.turns[:1], (*fsp.log, f"cut:{n}"))
+    if not turns:  # the first turn alone is too long or not connected: no task here
+        raise OperationError(f"no legal prefix of whole turns within {n} calls")
+    return FSP(tuple(turns), (*fsp.log, f"cut:{n}"))
 
 
 def _by_turn(cand: _Candidate) -> list[list[ExecutedCall]]:

@@ -23,12 +23,21 @@ Beyond the toolset, :func:`read_entries` reads whole test entries (messages per 
 entry's own tools, and gold calls from ``possible_answer``) as :class:`BfclEntry`, turning
 possible answers into :class:`~trajsynth.core.GoldCall` with BFCL's acceptable-value lists and
 multi-turn call strings (``cd(folder='document')``) into calls with named arguments.
+
+:func:`bfcl_data_dir` finds the benchmark's data (the ``bfcl-eval`` wheel's ``data/``) and
+:func:`single_turn_index` lists every single-turn function name and question: the benchmark
+itself, which must never enter training data (``EnvConfig.decontaminate``, the
+``decontaminate`` stage, ``trajsynth.train.bfcl.contamination``).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import json
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +51,17 @@ from ._common import ConversionError, ToolsetBuilder, iter_json_records, require
 __all__ = [
     "CLASS_TO_FILE",
     "GORILLA_TO_OPENAPI",
+    "INSTALL_HINT",
     "BfclEntry",
+    "SingleTurnIndex",
+    "bfcl_data_dir",
     "convert_function",
     "gold_from_possible_answer",
     "import_bfcl",
+    "normal_text",
     "parse_call_string",
     "read_entries",
+    "single_turn_index",
 ]
 
 #: BFCL's type table (``GORILLA_TO_OPENAPI`` in bfcl_eval/constants), plus the few spellings
@@ -440,3 +454,74 @@ def read_entries(path: str | Path, *, answers: str | Path | None = None) -> Iter
             initial_config=record.get("initial_config") or {},
             missed_function=record.get("missed_function") or {},
         )
+
+
+# --------------------------------------------------------------------------------------
+# the benchmark's own data: where it is, and what of it must never enter training data
+# --------------------------------------------------------------------------------------
+
+WHEEL = "bfcl_eval"
+INSTALL_HINT = "make install (or: pip install --no-deps bfcl-eval), or pass --data-dir"
+
+
+def bfcl_data_dir(data_dir: str | Path | None = None) -> Path:
+    """``data_dir`` when given, else the ``data/`` folder of the installed ``bfcl-eval`` wheel
+    (found without importing it: its own dependencies are not installed)."""
+    if data_dir is not None:
+        path = Path(data_dir)
+        if not path.is_dir():
+            raise InputNotFoundError(f"BFCL data folder {path} does not exist")
+        return path
+    try:
+        spec = importlib.util.find_spec(WHEEL)
+    except (ImportError, ValueError):
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / "data"
+        if path.is_dir():
+            return path
+    raise InputNotFoundError("the bfcl-eval wheel is not installed", hint=INSTALL_HINT)
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def normal_text(text: str) -> str:
+    """Lower case, words only: how questions are compared (case and punctuation aside)."""
+    return " ".join(_WORD.findall(text.lower()))
+
+
+@dataclass(frozen=True)
+class SingleTurnIndex:
+    """Every single-turn BFCL function name (as written and in function-calling form) and
+    question text (normalized: lower case, words only)."""
+
+    names: frozenset[str]
+    questions: frozenset[str]
+
+
+def single_turn_index(data_dir: str | Path | None = None) -> SingleTurnIndex:
+    """The names and questions of every single-turn file of the BFCL data (all categories
+    but multi-turn, memory, web search and format sensitivity)."""
+    data = bfcl_data_dir(data_dir)
+    names: set[str] = set()
+    questions: set[str] = set()
+    for file in sorted(data.glob("BFCL_v4_*.json")):
+        cat = file.stem.removeprefix("BFCL_v4_")
+        if cat.startswith(("multi_turn", "memory", "web_search", "format_sensitivity")):
+            continue
+        for line in file.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            for fn in record.get("function") or []:
+                name = str(fn.get("name", ""))
+                names.update({name, name.replace(".", "_")})
+            for turn in record.get("question") or []:
+                for m in turn:
+                    if m.get("role") == "user" and m.get("content"):
+                        q = normal_text(str(m["content"]))
+                        if len(q) >= 20:  # "hi", "yes": not a question of the benchmark's
+                            questions.add(q)
+    names.discard("")
+    return SingleTurnIndex(frozenset(names), frozenset(questions))

@@ -26,10 +26,11 @@ domain itself, and the calls are executed in order:
    an error, or whose output lacks a field a later call needs, is undone (snapshot/restore)
    and drawn again, up to ``attempts`` times (in the second half of them, drawn strings may
    be replaced by new ones like them: a tool that creates a folder needs a path that does
-   not exist yet); then the plan fails with the reason (:class:`PlanFailed`: the last
-   error's message included), which the stage counts. With value hints, the values a call
-   was given when it succeeded (and what a read-only call answered) join the pools: what
-   the environment accepted seeds the next calls.
+   not exist yet); so is a replica (the same function asked again in one turn) whose values
+   repeat its original's; then the plan fails with the reason (:class:`PlanFailed`: the
+   last error's message included), which the stage counts. With value hints, the values a
+   call was given when it succeeded (and what a read-only call answered) join the pools:
+   what the environment accepted seeds the next calls.
 
 The result is each call's arguments, output and bindings (``{"call", "param", "from_call",
 "path"}``, the same record as the example tasks' ``extra["bindings"]``) and the final state.
@@ -90,6 +91,7 @@ class PlannedCall:
     bindings: dict[str, tuple[int, str]] = field(default_factory=dict)
     omit: frozenset[str] = frozenset()
     execute: bool = True  # False: arguments only (a function the task will not offer)
+    differ_from: tuple[int, ...] = ()  # earlier calls whose arguments this one must not repeat
 
 
 @dataclass
@@ -427,6 +429,9 @@ def execute_plan(
                 fresh=0.0 if attempt < attempts // 2 else 0.5,
             )
             user_values = {k: v for k, v in args.items() if k not in fixed}
+            if any(done[j].arguments == args for j in planned.differ_from):
+                last = f"{planned.tool}: the same values as an earlier call"
+                continue
             if not planned.execute:
                 done.append(
                     ExecutedCall(
