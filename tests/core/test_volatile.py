@@ -31,6 +31,7 @@ def test_ids_epochs_and_time_members() -> None:
     assert same_result(a, b) and not same_result(a, {**b, "n": 4})
     assert mask({"created_at": "yesterday", "updatedAt": 5, "name": "x"}) == {
         "created_at": "<time>", "updatedAt": "<time>", "name": "x"}  # fmt: skip
-    assert mask({"date": "2025-07-01"}, by_name=False) == {"date": "2025-07-01"}
+    assert mask({"date": "2025-07-01", "is_dst": True}, loose=False) == {
+        "date": "2025-07-01", "is_dst": "<time>"}  # fmt: skip
     assert mask({"price": 12.5, "count": 3, "year": 2024}) == {"price": 12.5, "count": 3,
                                                               "year": 2024}  # fmt: skip

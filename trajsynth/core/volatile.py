@@ -43,7 +43,8 @@ _TIME_WORDS = {
     "created", "modified", "accessed", "updated", "changed", "birthtime", "mtime", "atime",
     "ctime", "timestamp", "datetime", "now", "uptime", "elapsed", "dst", "weekday", "dow",
 }  # fmt: skip
-_TIME_NAMES = {"day_of_week", "dayofweek", "time", "date", "at"}
+_TIME_NAMES = {"day_of_week", "dayofweek"}
+_LOOSE_NAMES = {"time", "date", "at"}  # often a time, but as often a value the user chose
 _TEN_YEARS = 10 * 365 * 86400
 
 
@@ -52,14 +53,14 @@ def mask_text(text: str) -> str:
     return _UUID.sub("<id>", _TIMES.sub("<time>", text))
 
 
-def _time_key(key: str) -> bool:
+def _time_key(key: str, loose: bool) -> bool:
     toks = set(name_tokens(key))
+    name = key.lower()
     return (
         bool(toks & _TIME_WORDS)
-        or key.lower() in _TIME_NAMES
-        or (
-            "at" in toks and len(toks) > 1  # created_at, updatedAt
-        )
+        or name in _TIME_NAMES
+        or (loose and name in _LOOSE_NAMES)
+        or ("at" in toks and len(toks) > 1)  # created_at, updatedAt
     )
 
 
@@ -68,24 +69,20 @@ def _epoch(value: float) -> bool:
     return any(now - _TEN_YEARS <= value / scale <= now + 86400 for scale in (1, 1000))
 
 
-def mask(value: Any, key: str | None = None, *, by_name: bool = True) -> Any:
-    """Steps 1-3 on a JSON value (``key``: the member it is the value of); ``by_name=False``
-    leaves out the members masked by their name alone (step 3's first half)."""
-    if (
-        by_name
-        and key is not None
-        and _time_key(key)
-        and isinstance(value, (str, int, float, bool))
-    ):
+def mask(value: Any, key: str | None = None, *, loose: bool = True) -> Any:
+    """Steps 1-3 on a JSON value (``key``: the member it is the value of); ``loose=False``
+    keeps members named just ``date``, ``time`` or ``at`` (a value a user may have chosen)."""
+    scalar = isinstance(value, (str, int, float, bool))
+    if key is not None and scalar and _time_key(key, loose):
         return "<time>"
     if isinstance(value, str):
         return mask_text(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and _epoch(float(value)):
         return "<time>"
     if isinstance(value, list):
-        return [mask(v, by_name=by_name) for v in value]
+        return [mask(v, loose=loose) for v in value]
     if isinstance(value, dict):
-        return {k: mask(v, str(k), by_name=by_name) for k, v in value.items()}
+        return {k: mask(v, str(k), loose=loose) for k, v in value.items()}
     return value
 
 

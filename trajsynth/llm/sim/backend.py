@@ -101,7 +101,7 @@ class SimBackend(Backend):
                     f"sim {behaviour}: invalid metadata: {where}: {first['msg']}"
                 ) from None
         # the draws do not depend on what a replay may change (times, minted ids)
-        meta_hash = stable_hash(mask(meta_raw, by_name=False)) if meta_raw else ""
+        meta_hash = stable_hash(mask(meta_raw, loose=False)) if meta_raw else ""
         greedy = request.temperature is not None and request.temperature == 0
         choices, completion_tokens = [], 0
         for i in range(request.n):
