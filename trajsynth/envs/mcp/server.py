@@ -397,29 +397,27 @@ class MCPServer:
         return bool(tool and tool.annotations and tool.annotations.read_only_hint)
 
     def _to_server(self, value: Any) -> Any:
-        if not self._translate:
-            return value
-        if isinstance(value, str):
-            for user, copy in self._translate:
-                value = re.sub(re.escape(user) + r"(?=/|\b|$)", copy, value)
-            return value
-        if isinstance(value, list):
-            return [self._to_server(v) for v in value]
-        if isinstance(value, dict):
-            return {k: self._to_server(v) for k, v in value.items()}
-        return value
+        """The user's paths in ``value`` → the copies' (``isolate: copy``)."""
+        return self._translated(value, to_server=True)
 
     def _from_server(self, value: Any) -> Any:
+        """The copies' paths in ``value`` → the user's."""
+        return self._translated(value, to_server=False)
+
+    def _translated(self, value: Any, *, to_server: bool) -> Any:
         if not self._translate:
             return value
         if isinstance(value, str):
             for user, copy in self._translate:
-                value = value.replace(copy, user)
+                if to_server:
+                    value = re.sub(re.escape(user) + r"(?=/|\b|$)", copy, value)
+                else:
+                    value = value.replace(copy, user)
             return value
         if isinstance(value, list):
-            return [self._from_server(v) for v in value]
+            return [self._translated(v, to_server=to_server) for v in value]
         if isinstance(value, dict):
-            return {k: self._from_server(v) for k, v in value.items()}
+            return {k: self._translated(v, to_server=to_server) for k, v in value.items()}
         return value
 
     def call(self, name: str, arguments: dict[str, Any]) -> tuple[Any, dict[str, str] | None]:
