@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -261,8 +262,12 @@ def test_a_server_that_crashes_fails_the_call_and_starts_again(store: Path) -> N
         f.close()
 
 
-def test_a_killed_trajsynth_leaves_no_server_behind(store: Path, tmp_path: Path) -> None:
+def test_a_killed_trajsynth_leaves_no_server_and_no_copy_behind(
+    store: Path, tmp_path: Path
+) -> None:
     marker = str(int(time.time() * 1000) % 10**9 + 7)
+    (store.parent / f"sentinel-{marker}").write_text("")
+    copy_of_sentinel = Path("state", "live", "0", f"sentinel-{marker}")
     script = tmp_path / "host.py"
     script.write_text(
         textwrap.dedent(
@@ -291,7 +296,13 @@ def test_a_killed_trajsynth_leaves_no_server_behind(store: Path, tmp_path: Path)
         while not _processes(f"300.{marker}") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert _processes(f"300.{marker}"), "the server never started its child"
+        tmp = Path(tempfile.gettempdir())  # this server's copies: they hold the sentinel
+        scratch = [p for p in tmp.glob("trajsynth-mcp-kv-*") if (p / copy_of_sentinel).exists()]
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert _gone(marker), "a server (or its child) outlived the trajsynth that started it"
+    deadline = time.monotonic() + 10
+    while any(p.exists() for p in scratch) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert scratch and not any(p.exists() for p in scratch), "its copies were left behind"

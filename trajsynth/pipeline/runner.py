@@ -626,6 +626,7 @@ class Runner:
             )
         finally:
             stage.teardown()
+            ctx.close_envs()
             shutil.rmtree(spill, ignore_errors=True)
             if spill.parent.is_dir() and not any(spill.parent.iterdir()):
                 spill.parent.rmdir()

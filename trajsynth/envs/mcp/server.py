@@ -190,6 +190,7 @@ class MCPServer:
             "env": env,
             "cwd": self._to_server(self._cwd),
             "namespace": self.isolation == "namespace",
+            "scratch": str(self._scratch),  # removed by the launcher if trajsynth is killed
         }
         if self.isolation == "namespace":
             assert self.copies is not None or not self._state_paths

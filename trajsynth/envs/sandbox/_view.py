@@ -7,15 +7,17 @@ only takes away the right to change it:
 
 1) the launcher asks to be killed when the thread that started it ends
    (``PR_SET_PDEATHSIG``), so a server never outlives trajsynth, even one killed by SIGKILL;
-2) with ``"namespace": true``: new mount and PID namespaces (plus a user namespace that maps
-   the caller to itself when not root), mounts made private;
+2) with ``"namespace": true``: a new PID namespace (plus a user namespace that maps the
+   caller to itself when not root);
 3) the launcher forks: the child is PID 1 of the new PID namespace (it dies with the
    launcher, and every process the command starts dies with it: the kernel empties a PID
    namespace whose first process ends); the launcher relays SIGTERM/SIGINT/SIGHUP as a
-   SIGKILL to it and exits with its status. Without namespaces the child leads nothing, so
-   the launcher kills the whole process group when it is told to stop;
-4) in the child (``"namespace": true``): ``writable`` host folders (``/tmp``, ``/dev/shm``)
-   become mounts of their own; each ``bind`` ``[source, target]`` (the private copy of a
+   SIGKILL to it and exits with its status. Without namespaces the child leads a process
+   group of its own, which the launcher kills (when told to stop, and when the command
+   exits, for what it left behind). A launcher whose trajsynth is gone (killed) also
+   removes ``scratch``, the folder of the private copies;
+4) in the child (``"namespace": true``), in a mount namespace of its own: ``writable``
+   folders (a private temporary folder, ``/dev/shm``) become mounts of their own; each ``bind`` ``[source, target]`` (the private copy of a
    state folder or file) is mounted over the target; each ``overlay`` folder gets a
    copy-on-write layer in a private tmpfs (for the journals a database writes beside its
    file); then every mount is made read-only but ``/proc``, ``/dev``, the writable folders,
@@ -35,9 +37,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _worker import (  # found next to this file
+    CLONE_NEWNS,
     MS_BIND,
+    MS_PRIVATE,
     MS_REC,
     PR_SET_PDEATHSIG,
+    _check,
     libc,
     make_readonly,
     mount,
@@ -46,7 +51,10 @@ from _worker import (  # found next to this file
 
 
 def build_view(spec):
-    """Step 4."""
+    """Step 4, in a mount namespace of the child's own (the launcher keeps the host's, to
+    remove the copies when trajsynth is gone)."""
+    _check(libc().unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
     keep = ["/proc", "/dev"]
     try:  # the PID namespace's own /proc (a host whose /proc has locked parts refuses: keep it)
         mount("proc", "/proc", "proc", 2 | 4 | 8)
@@ -93,12 +101,12 @@ def main():
         os._exit(1)
     namespace = bool(spec.get("namespace"))
     if namespace:
-        unshare_namespaces(network=False, inside_uid=None)  # 2: the caller stays itself
+        unshare_namespaces(network=False, inside_uid=None, mount_ns=False)  # 2
     if spec.get("probe"):
         pid = os.fork()
         if pid == 0:
             try:
-                build_view({"writable": ["/tmp"]})
+                build_view({})
                 os._exit(0)
             except Exception as exc:
                 sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
@@ -108,30 +116,38 @@ def main():
     pid = os.fork()  # 3
     if pid:
 
-        def stop(signum, frame):
-            try:
-                if namespace:
-                    os.kill(pid, signal.SIGKILL)
-                else:
-                    os.killpg(0, signal.SIGKILL)
-            except OSError:
-                pass
+        def stop(signum=None, frame=None):
+            for kill in (os.killpg, os.kill):  # the child's group (without namespaces), or it
+                try:
+                    kill(pid, signal.SIGKILL)
+                    return
+                except OSError:
+                    pass
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, stop)
+        code = 1
         while True:
             try:
                 _, status = os.waitpid(pid, 0)
+                code = os.waitstatus_to_exitcode(status) & 0xFF
                 break
             except ChildProcessError:
-                os._exit(1)
+                break
             except InterruptedError:
                 continue
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        stop()  # whatever the command left behind in its group
+        if os.getppid() != parent and spec.get("scratch"):  # trajsynth is gone: its copies too
+            import shutil
+
+            shutil.rmtree(spec["scratch"], ignore_errors=True)
+        os._exit(code)
     try:
         libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        if not namespace:
+            os.setpgid(0, 0)  # a group of its own, which the launcher kills when told to stop
         if namespace:
             build_view(spec)  # 4
         os.chdir(spec.get("cwd") or "/")  # 5
