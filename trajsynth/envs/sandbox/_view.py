@@ -17,8 +17,9 @@ only takes away the right to change it:
    exits, for what it left behind). A launcher whose trajsynth is gone (killed) also
    removes ``scratch``, the folder of the private copies;
 4) in the child (``"namespace": true``), in a mount namespace of its own: ``writable``
-   folders (a private temporary folder, ``/dev/shm``) become mounts of their own; each ``bind`` ``[source, target]`` (the private copy of a
-   state folder or file) is mounted over the target; each ``overlay`` folder gets a
+   folders (a private temporary folder, ``/dev/shm``) become mounts of their own; each
+   ``bind`` ``[source, target]`` (the private copy of a state folder or file) is mounted
+   over the target; each ``overlay`` folder gets a
    copy-on-write layer in a private tmpfs (for the journals a database writes beside its
    file); then every mount is made read-only but ``/proc``, ``/dev``, the writable folders,
    the binds and the overlays. So the command sees its state at the paths the user gave,
