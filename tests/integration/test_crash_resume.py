@@ -26,7 +26,14 @@ from trajsynth.store import read_table
 
 PIPELINE = {
     "name": "crash",
-    "defaults": {"seed": 7, "shard_rows": 250, "workers": 2, "pool_min_rows": 0},
+    # synthetic rows are marked successful at random: half the final output is not
+    "defaults": {
+        "seed": 7,
+        "shard_rows": 250,
+        "workers": 2,
+        "pool_min_rows": 0,
+        "allow_unverified": True,
+    },
     "stages": [
         {
             "id": "raw",

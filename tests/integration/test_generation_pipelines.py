@@ -42,12 +42,17 @@ def test_pipeline_runs_offline(name: str, tmp_path: Path) -> None:
     if name == "tsr":
         plain = read_records(result.output("plain"))
         assert sum(r.success for r in rows) >= sum(r.success for r in plain)
-    # the pipelines end with verify (an independent replay) and filter
+    # the pipelines end with verify (an independent replay; what fails goes to `failed`) and
+    # filter
     verified = read_records(result.output("verified"))
-    assert len(verified) == len(rows)
+    failed = read_records(result.output("verified", "failed"))
+    assert len(verified) + len(failed) == len(rows)
+    assert all(r.success is not False for r in verified)
+    assert all(r.success is False and r.failure_layer for r in failed)
     if name in ("rejection", "magnet"):  # rows kept as successes pass the replay too
-        assert all(r.success for r in verified)
+        assert failed == [] and all(r.success for r in verified)
     filtered = read_records(result.output("filtered"))
     assert {r.id for r in filtered} <= {r.id for r in verified}
+    assert all(r.success for r in filtered)
     again = run_pipeline(name, out=tmp_path, overrides=SMALL)
     assert again.executed == [] and set(again.skipped) == set(result.executed)

@@ -47,7 +47,8 @@ ROWS = [
     ),
     scored("low-quality", quality=0.65),
     scored("failed-but-fine", success=False),
-    scored("failed-easy", success=False, steps=[("say", "no idea")]),  # not a success: kept
+    scored("failed-easy", success=False, steps=[("say", "no idea")]),  # not too easy: unsuccessful
+    scored("never-verified", success=None),
     scored("two-rules", quality=0.1, format_errors=["wrong_type: city"]),
 ]
 
@@ -58,13 +59,14 @@ def kept(outcome, rows=ROWS) -> list[str]:
 
 def test_each_rule_drops_its_row() -> None:
     out = apply_filter(to_batch(ROWS), FilterRules())
-    assert kept(out) == ["keep", "failed-but-fine", "failed-easy"]
+    assert kept(out) == ["keep"]
     assert out.dropped == {
         "invalid_calls": 4,
         "incoherent": 1,
         "too_easy": 1,
         "inefficient": 1,
         "low_quality": 1,
+        "unsuccessful": 3,  # on by default: failed, and never verified (success null)
     }
     # "two-rules" is dropped by invalid_calls first but also fails low_quality
     assert out.failing["low_quality"] == 2 and out.failing["invalid_calls"] == 4
@@ -81,21 +83,24 @@ def test_each_rule_drops_its_row() -> None:
         ("too_easy", {"too-easy"}),
         ("inefficient", {"inefficient"}),
         ("low_quality", {"low-quality"}),
+        ("unsuccessful", {"failed-but-fine", "failed-easy", "never-verified"}),
     ],
 )
 def test_each_rule_can_be_switched_off(rule: str, rescued: set[str]) -> None:
     out = apply_filter(to_batch(ROWS), FilterRules(**{rule: False}))
-    assert set(kept(out)) == {"keep", "failed-but-fine", "failed-easy"} | rescued
+    assert set(kept(out)) == {"keep"} | rescued
     assert rule not in out.dropped
 
 
-def test_thresholds_and_the_optional_success_rule() -> None:
+def test_thresholds_and_the_success_rule() -> None:
     batch = to_batch(ROWS)
     assert "low-quality" in kept(apply_filter(batch, FilterRules(min_quality=0.6)))
     assert "inefficient" in kept(apply_filter(batch, FilterRules(max_calls=9)))
     assert "incoherent" in kept(apply_filter(batch, FilterRules(min_coherence=0.3)))
-    out = apply_filter(batch, FilterRules(unsuccessful=True))
-    assert kept(out) == ["keep"] and out.dropped["unsuccessful"] == 2
+    # rows that did not verify are dropped unless asked for: the rule is on by default
+    assert FilterRules().unsuccessful is True
+    out = apply_filter(batch, FilterRules(unsuccessful=False))
+    assert kept(out) == ["keep", "failed-but-fine", "failed-easy", "never-verified"]
 
 
 def test_unscored_rows_are_scored_here() -> None:
@@ -119,6 +124,7 @@ def test_unscored_rows_are_scored_here() -> None:
         "too_easy": 0,
         "inefficient": 0,
         "low_quality": 1,
+        "unsuccessful": 0,
     }
 
 
@@ -129,9 +135,10 @@ def test_filter_stage_outputs_and_metrics() -> None:
     outputs = list(stage.process(iter([to_batch(ROWS[:half]), to_batch(ROWS[half:])]), ctx))
     main = [i for o in outputs if not isinstance(o, Emit) for i in o.column("id").to_pylist()]
     rejected = [i for o in outputs if isinstance(o, Emit) for i in o.data.column("id").to_pylist()]
-    assert main == ["keep", "failed-but-fine", "failed-easy"]
-    assert len(rejected) == len(ROWS) - 3
+    assert main == ["keep"]
+    assert len(rejected) == len(ROWS) - 1
     counters = ctx.metrics.snapshot()["counters"]
-    assert counters["rows_in"] == len(ROWS) and counters["kept"] == 3
+    assert counters["rows_in"] == len(ROWS) and counters["kept"] == 1
+    assert counters["dropped.unsuccessful"] == 3
     assert counters["dropped.invalid_calls"] == 4 and counters["failing.low_quality"] == 2
     assert ctx.metrics.snapshot()["values"]["thresholds"]["min_quality"] == 0.7

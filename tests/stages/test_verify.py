@@ -12,10 +12,11 @@ import json
 
 import pyarrow as pa
 import pytest
+from stagerun import run_outputs
 
-from trajsynth.core import Message, ToolCall, Trajectory, to_batch, to_records
+from trajsynth.core import Message, ToolCall, Trajectory, to_batch
 from trajsynth.envs import EnvFactory
-from trajsynth.stages import Context, ContextSpec, build_stage
+from trajsynth.stages import Context, ContextSpec
 
 FACTORY = EnvFactory()
 
@@ -68,12 +69,27 @@ def gold_path(task, *, drop_last_call: bool = False, answer: str | None = None) 
     return row.derive(messages=messages)
 
 
+def run_verify(
+    rows: list[Trajectory], ctx: Context | None = None, **config
+) -> tuple[dict[str, list[Trajectory]], dict]:
+    """verify's outputs (``main``, ``failed``) and its counters."""
+    ctx = ctx or Context(ContextSpec(stage_id="v"))
+    outs = {"main": [], "failed": [], **run_outputs("verify", config, rows, ctx)}
+    return outs, ctx.metrics.snapshot()["counters"]
+
+
 def verify(rows: list[Trajectory], **config) -> tuple[list[Trajectory], dict]:
-    ctx = Context(ContextSpec(stage_id="v"))
-    stage = build_stage("verify", config)
-    stage.setup(ctx)
-    out = [r for b in stage.process(iter([to_batch(rows)]), ctx) for r in to_records(b)]
-    return out, ctx.metrics.snapshot()["counters"]
+    """Every row as verified, in input order; a row that did not verify must be in the
+    ``failed`` output and not in the main one (unless ``keep_failed``)."""
+    outs, counters = run_verify(rows, **config)
+    assert all(r.success is False for r in outs["failed"])
+    if not config.get("keep_failed"):
+        assert all(r.success is not False for r in outs["main"])
+    assert counters.get("failed", 0) == sum(
+        1 for r in outs["main"] + outs["failed"] if r.success is False
+    )
+    order = {r.id: i for i, r in enumerate(rows)}
+    return sorted(outs["main"] + outs["failed"], key=lambda r: order[r.id]), counters
 
 
 TASKS = [t for d in FACTORY.domains() for t in FACTORY.example_tasks(d)]
@@ -203,11 +219,12 @@ def test_judge_layer_decides_when_enabled() -> None:
         return json.dumps({"thought": "checked", "passes": verdict})
 
     backend = use_scripted(ctx, "judge", judge)
-    stage = build_stage("verify", {"judge": True})
-    out = [r for b in stage.process(iter([to_batch([good, bad])]), ctx) for r in to_records(b)]
-    assert [r.success for r in out] == [True, False] and len(backend.requests) == 2
-    assert out[1].failure_layer == "judge" and out[1].judge.verdict == "fail"
-    assert out[0].judge.score == 1.0 and out[0].reward_components["judge"] == 1.0
+    outs, _ = run_verify([good, bad], ctx, judge=True)
+    assert [r.id for r in outs["main"]] == [good.id] and len(backend.requests) == 2
+    (passed,), (failed,) = outs["main"], outs["failed"]
+    assert passed.success is True and failed.success is False
+    assert failed.failure_layer == "judge" and failed.judge.verdict == "fail"
+    assert passed.judge.score == 1.0 and passed.reward_components["judge"] == 1.0
 
 
 def test_simulated_judge_reads_the_apigen_contract() -> None:
@@ -216,8 +233,8 @@ def test_simulated_judge_reads_the_apigen_contract() -> None:
     ctx = Context(
         ContextSpec(stage_id="v", llm={"judge": {"backend": "sim", "sim": {"judge_accuracy": 1.0}}})
     )
-    stage = build_stage("verify", {"judge": True})
-    out = [r for b in stage.process(iter([to_batch([good])]), ctx) for r in to_records(b)]
+    outs, _ = run_verify([good], ctx, judge=True)
+    out = outs["main"]
     assert out[0].judge is not None and out[0].judge.verdict == "pass" and out[0].success
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from pydantic import ValidationError
@@ -17,14 +17,38 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..core.errors import ConfigError, InputNotFoundError
 from . import app
-from ._common import console, err_console
+from ._common import Quiet, console, err_console, live_console
 
 INSTALL_LINE = "the train extra is not installed: pip install 'trajsynth[train]'"
 
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Any other setting KEY=VALUE (e.g. tiny.hidden_size=256)."),
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Any other setting (e.g. tiny.hidden_size=256); repeatable.",
+    ),
 ]
+#: the panels options are grouped in (``--help``)
+TRAINING = "Training"
+HARDWARE = "Hardware"
+CHECKPOINTS = "Checkpoints"
+MODEL = "Model"
+EPISODES = "Episodes"
+BENCHMARK = "Benchmark"
+_DEVICE = typer.Option(
+    metavar="DEVICE", help="auto, cpu, cuda (or cuda:N) or mps.", rich_help_panel=HARDWARE
+)
+Device = Annotated[str, _DEVICE]
+OptionalDevice = Annotated[str | None, _DEVICE]
+Seed = Annotated[int | None, typer.Option(help="Seed.", rich_help_panel=TRAINING)]
+Resume = Annotated[
+    bool | None,
+    typer.Option(
+        "--resume/--no-resume", help="Resume from OUT/checkpoint.", rich_help_panel=CHECKPOINTS
+    ),
+]
+Precision = Literal["auto", "bf16", "fp32"]
 
 
 def _require_train_extra() -> None:
@@ -105,7 +129,7 @@ class RichProgress:
             MofNCompleteColumn(),
             TextColumn("{task.fields[metrics]}"),
             TimeElapsedColumn(),
-            console=err_console,
+            console=live_console() if self.live else err_console,
             disable=not self.live,
         )
         self.task: Any = None
@@ -136,42 +160,69 @@ class RichProgress:
         self.bar.stop()
 
 
-@app.command("train-sft")
+@app.command("train-sft", rich_help_panel="Training")
 def train_sft_command(
     data: Annotated[Path, typer.Argument(help="Trajectory shards (file or folder).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Model folder to write.")] = ...,  # type: ignore[assignment]
     model: Annotated[
         str,
         typer.Option(
+            metavar="MODEL",
             help="A model name (`trajsynth models list`: tiny, smollm2-135m), a model "
-            "folder, or a hub id."
+            "folder, or a hub id.",
         ),
     ] = "tiny",
-    epochs: Annotated[float | None, typer.Option(help="Passes over the data.")] = None,
-    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    epochs: Annotated[
+        float | None, typer.Option(help="Passes over the data.", rich_help_panel=TRAINING)
+    ] = None,
+    lr: Annotated[
+        float | None, typer.Option(help="Peak learning rate.", rich_help_panel=TRAINING)
+    ] = None,
     lora_r: Annotated[
-        int | None, typer.Option(help="LoRA rank (0: full fine-tuning; pretrained models).")
+        int | None,
+        typer.Option(
+            help="LoRA rank (0: full fine-tuning; pretrained models).", rich_help_panel=TRAINING
+        ),
     ] = None,
-    max_len: Annotated[int | None, typer.Option(help="Tokens per packed row.")] = None,
-    pack: Annotated[bool | None, typer.Option("--pack/--no-pack", help="Pack sequences.")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Rows per micro-batch.")] = None,
-    grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per step.")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
+    max_len: Annotated[
+        int | None, typer.Option(help="Tokens per packed row.", rich_help_panel=TRAINING)
+    ] = None,
+    pack: Annotated[
+        bool | None,
+        typer.Option("--pack/--no-pack", help="Pack sequences.", rich_help_panel=TRAINING),
+    ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Rows per micro-batch.", rich_help_panel=TRAINING)
+    ] = None,
+    grad_accum: Annotated[
+        int | None, typer.Option(help="Micro-batches per step.", rich_help_panel=TRAINING)
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option(help="Stop after N steps.", rich_help_panel=TRAINING)
+    ] = None,
     max_minutes: Annotated[
-        float | None, typer.Option(help="Stop after this many minutes of training.")
+        float | None,
+        typer.Option(help="Stop after this many minutes of training.", rich_help_panel=TRAINING),
     ] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
-    precision: Annotated[str | None, typer.Option(help="auto, bf16, fp32.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
-    save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
-    resume: Annotated[
-        bool | None, typer.Option("--resume/--no-resume", help="Resume from OUT/checkpoint.")
+    seed: Seed = None,
+    device: OptionalDevice = None,
+    precision: Annotated[
+        Precision | None, typer.Option(help="Float precision.", rich_help_panel=HARDWARE)
     ] = None,
+    save_every: Annotated[
+        int | None, typer.Option(help="Checkpoint every N steps.", rich_help_panel=CHECKPOINTS)
+    ] = None,
+    resume: Resume = None,
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Quiet = False,
 ) -> None:
-    """Supervised fine-tuning with the loss on assistant tokens only."""
+    """Supervised fine-tuning, loss on assistant tokens only.
+
+    DATA is trajectory shards; the model (a registered name, a folder or a hub id) is
+    trained with the loss on the assistant's tokens and written to OUT, with checkpoints to
+    resume from.
+    """
     _require_train_extra()
     from ..train.sft import SFTConfig, train_sft
 
@@ -207,35 +258,63 @@ def train_sft_command(
         )
 
 
-@app.command("train-grpo")
+@app.command("train-grpo", rich_help_panel="Training")
 def train_grpo_command(
     model: Annotated[
-        str, typer.Option(help="Starting checkpoint: a model folder or name (smollm2-135m).")
+        str,
+        typer.Option(
+            metavar="MODEL", help="Starting checkpoint: a model folder or name (smollm2-135m)."
+        ),
     ] = ...,  # type: ignore[assignment]
     out: Annotated[Path, typer.Option("--out", "-o", help="Model folder to write.")] = ...,  # type: ignore[assignment]
     tasks: Annotated[
         Path | None, typer.Option(help="Task rows (ground truth, tools, first request).")
     ] = None,
     arenas: Annotated[Path | None, typer.Option(help="Arena packages (ASTRA-style).")] = None,
-    iterations: Annotated[int | None, typer.Option(help="Policy updates.")] = None,
-    group_size: Annotated[int | None, typer.Option(help="G: episodes per task.")] = None,
-    tasks_per_step: Annotated[int | None, typer.Option(help="Tasks per update.")] = None,
-    lr: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
-    advantage: Annotated[str | None, typer.Option(help="grpo or gigpo.")] = None,
-    beta: Annotated[float | None, typer.Option(help="KL weight (0: no KL).")] = None,
-    reward: Annotated[
-        str | None, typer.Option(help="exact_match, call_match, state_match or tool_match.")
+    iterations: Annotated[
+        int | None, typer.Option(help="Policy updates.", rich_help_panel=TRAINING)
     ] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
-    save_every: Annotated[int | None, typer.Option(help="Checkpoint every N updates.")] = None,
-    resume: Annotated[bool | None, typer.Option("--resume/--no-resume")] = None,
+    group_size: Annotated[
+        int | None, typer.Option(help="G: episodes per task.", rich_help_panel=TRAINING)
+    ] = None,
+    tasks_per_step: Annotated[
+        int | None, typer.Option(help="Tasks per update.", rich_help_panel=TRAINING)
+    ] = None,
+    lr: Annotated[float | None, typer.Option(help="Learning rate.", rich_help_panel=TRAINING)] = (
+        None
+    ),
+    advantage: Annotated[
+        Literal["grpo", "gigpo"] | None,
+        typer.Option(help="How advantages are computed.", rich_help_panel=TRAINING),
+    ] = None,
+    beta: Annotated[
+        float | None, typer.Option(help="KL weight (0: no KL).", rich_help_panel=TRAINING)
+    ] = None,
+    reward: Annotated[
+        Literal["exact_match", "call_match", "state_match", "tool_match"] | None,
+        typer.Option(
+            help="exact_match, call_match, state_match or tool_match.", rich_help_panel=TRAINING
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature.", rich_help_panel=TRAINING)
+    ] = None,
+    seed: Seed = None,
+    device: OptionalDevice = None,
+    save_every: Annotated[
+        int | None,
+        typer.Option(help="Checkpoint every N updates.", rich_help_panel=CHECKPOINTS),
+    ] = None,
+    resume: Resume = None,
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Quiet = False,
 ) -> None:
-    """GRPO (or GiGPO) on multi-turn episodes in the environments."""
+    """GRPO (or GiGPO) on multi-turn episodes in the environments.
+
+    Give the tasks as task rows (--tasks) or as arena packages (--arenas); the model plays
+    G episodes per task and is updated on their group-relative advantages.
+    """
     _require_train_extra()
     if (tasks is None) == (arenas is None):
         raise ConfigError("give exactly one of --tasks DIR or --arenas DIR")
@@ -293,14 +372,18 @@ def train_grpo_command(
         )
 
 
-@app.command("eval")
+@app.command("eval", rich_help_panel="Training")
 def eval_command(
     tasks: Annotated[
         Path | None, typer.Option(help="Held-out task rows (or use --benchmark).")
     ] = None,
     benchmark: Annotated[
         str | None,
-        typer.Option(help="A public benchmark instead of --tasks: bfcl.", metavar="NAME"),
+        typer.Option(
+            help="A public benchmark instead of --tasks: bfcl.",
+            metavar="NAME",
+            rich_help_panel=BENCHMARK,
+        ),
     ] = None,
     categories: Annotated[
         str | None,
@@ -309,49 +392,81 @@ def eval_command(
             "multiple, parallel, parallel_multiple, live_simple, live_multiple, irrelevance, "
             "live_irrelevance).",
             metavar="LIST",
+            rich_help_panel=BENCHMARK,
         ),
     ] = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(
-            help="With --benchmark: the benchmark's data (default: the bfcl-eval wheel's)."
+            help="With --benchmark: the benchmark's data (default: the bfcl-eval wheel's).",
+            rich_help_panel=BENCHMARK,
         ),
     ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="With --benchmark: write the report as JSON here.")
+        Path | None,
+        typer.Option(
+            help="With --benchmark: write the report as JSON here.", rich_help_panel=BENCHMARK
+        ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="A model folder or name (smollm2-135m).")
+        str | None,
+        typer.Option(
+            metavar="MODEL", help="A model folder or name (smollm2-135m).", rich_help_panel=MODEL
+        ),
     ] = None,
     base_url: Annotated[
-        str | None, typer.Option(help="An OpenAI-compatible endpoint instead of --model.")
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="An OpenAI-compatible endpoint instead of --model.",
+            rich_help_panel=MODEL,
+        ),
     ] = None,
-    api_model: Annotated[str, typer.Option(help="Model name at --base-url.")] = "",
+    api_model: Annotated[
+        str, typer.Option(metavar="NAME", help="Model name at --base-url.", rich_help_panel=MODEL)
+    ] = "",
     api_key_env: Annotated[
-        str | None, typer.Option(help="Environment variable with the endpoint's API key.")
+        str | None,
+        typer.Option(
+            metavar="VAR",
+            help="Environment variable with the endpoint's API key.",
+            rich_help_panel=MODEL,
+        ),
     ] = None,
     limit: Annotated[
         int | None,
         typer.Option(
-            help="Evaluate the first N tasks (--benchmark: N per category, spread).", min=1
+            help="Evaluate the first N tasks (--benchmark: N per category, spread).",
+            min=1,
+            rich_help_panel=EPISODES,
         ),
     ] = None,
-    temperature: Annotated[float, typer.Option(help="0: greedy.")] = 0.0,
-    max_steps: Annotated[int, typer.Option(help="Assistant turns per episode.")] = 8,
+    temperature: Annotated[
+        float, typer.Option(help="Sampling temperature (0: greedy).", rich_help_panel=EPISODES)
+    ] = 0.0,
+    max_steps: Annotated[
+        int, typer.Option(help="Assistant turns per episode.", rich_help_panel=EPISODES)
+    ] = 8,
     max_new_tokens: Annotated[
-        int | None, typer.Option(help="Tokens per turn (default 256; --benchmark: 384).")
+        int | None,
+        typer.Option(help="Tokens per turn (default 256).", rich_help_panel=EPISODES),
     ] = None,
     max_observation_chars: Annotated[
-        int | None, typer.Option(help="Longest tool output shown.")
+        int | None, typer.Option(help="Longest tool output shown.", rich_help_panel=EPISODES)
     ] = 16_000,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, mps.")] = "auto",
+    device: Device = "auto",
     episodes: Annotated[
         Path | None,
         typer.Option(help="Write every episode (or benchmark answer) as JSON here."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Score a model on held-out tasks, or on a public benchmark (--benchmark bfcl)."""
+    """Score a model on held-out tasks or a public benchmark.
+
+    Held-out task rows (--tasks) are played as episodes and scored with the shared verifiers
+    (call, exact, state and outputs match), per capability and overall; --benchmark bfcl
+    scores BFCL's single-turn categories with its AST checker.
+    """
     if (model is None) == (base_url is None):
         raise ConfigError(
             "give exactly one of --model DIR or --base-url URL (DIR: a folder or name)"
@@ -367,7 +482,7 @@ def eval_command(
             limit=limit,
             temperature=temperature,
             max_new_tokens=max_new_tokens,
-            player=_eval_client(model, base_url, api_model, api_key_env, device, 16),
+            player=_eval_client(model, base_url, api_model, api_key_env, device, 64),
             name=str(model) if model is not None else f"{base_url} {api_model}".strip(),
             answers=episodes,
             as_json=as_json,
@@ -461,14 +576,14 @@ def _eval_benchmark(
         limit=limit,
         data_dir=str(data_dir) if data_dir is not None else None,
         temperature=temperature,
-        max_new_tokens=max_new_tokens or 384,
+        max_new_tokens=max_new_tokens or 256,
     )
     with Progress(
         TextColumn("[bold]bfcl[/]"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=err_console,
+        console=live_console() if err_console.is_terminal else err_console,
         disable=as_json or not err_console.is_terminal,
     ) as bar:
 

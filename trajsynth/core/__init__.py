@@ -18,6 +18,7 @@ from .errors import (
     StageFailed,
     TrajsynthError,
     UnknownStageError,
+    UnverifiedOutput,
     UserError,
 )
 from .ids import canonical_json, file_fingerprint, seed_from, stable_hash, stable_id
@@ -62,6 +63,7 @@ __all__ = [
     "Trajectory",
     "TrajsynthError",
     "UnknownStageError",
+    "UnverifiedOutput",
     "UserError",
     "arrow_schema",
     "canonical_json",

@@ -13,6 +13,7 @@ boundaries with ``raise ... from exc``. The CLI prints ``str(exc)`` and exits wi
     │   ├── DataError             a shard or file that cannot be read as trajectories
     │   │   └── SchemaVersionError   a shard written by another schema version
     │   └── InputNotFoundError    a path that does not exist or holds no shards
+    ├── UnverifiedOutput          exit 1: a run's final output is mostly unverified
     └── BackendError              exit 1: something outside the input failed
         ├── EndpointError         an LLM endpoint failed (unreachable, 4xx/5xx after retries)
         │   └── InfraError        the endpoint, not the model, failed a request for good
@@ -46,6 +47,7 @@ __all__ = [
     "StageFailed",
     "TrajsynthError",
     "UnknownStageError",
+    "UnverifiedOutput",
     "UserError",
 ]
 
@@ -95,6 +97,12 @@ class SchemaVersionError(DataError):
 
 class InputNotFoundError(UserError):
     """A path does not exist or contains no Parquet shards."""
+
+
+class UnverifiedOutput(TrajsynthError):
+    """A pipeline ran to the end, but its final output is mostly rows that did not pass
+    verification, or nothing is left of it once they were set aside
+    (``trajsynth.pipeline.final_output``); ``--allow-unverified`` accepts it."""
 
 
 class BackendError(TrajsynthError):

@@ -114,6 +114,12 @@ class Defaults(StrictModel):
         "failures (retries exhausted, circuit open) before the stage fails so that a rerun "
         "plays them again; 0: every one must be played.",
     )
+    allow_unverified: bool = Field(
+        default=False,
+        description="Accept a mostly unverified final output (more than half its rows with "
+        "success false or null, or none left once failures were set aside); otherwise "
+        "`trajsynth run` warns and exits 1.",
+    )
 
 
 class StepSpec(StrictModel):

@@ -13,7 +13,9 @@ dropped row to one rule (its *first* failing rule):
 4) ``inefficient``: a success with more than ``max_calls`` (8) tool calls;
 5) ``low_quality``: ``quality_score < min_quality`` (0.7; the reference's simple pipeline
    example uses 0.6);
-6) ``unsuccessful`` (off by default): ``success`` is not true.
+6) ``unsuccessful``: ``success`` is not true — the row failed verification, or nothing ever
+   gave it a verdict (null). On by default, so data that did not verify never flows on;
+   ``unsuccessful: false`` (``trajsynth filter --keep-unsuccessful``) keeps it.
 
 Rows that were never scored still get a fair hearing: a missing ``quality_score`` is computed
 on the columns (:func:`~trajsynth.quality.scores.completeness_columns`), and rows without a
@@ -53,7 +55,9 @@ class FilterRules(StrictModel):
     too_easy: bool = Field(True, description="Drop successes in fewer than min_turns turns.")
     inefficient: bool = Field(True, description="Drop successes with more than max_calls calls.")
     low_quality: bool = Field(True, description="Drop rows whose quality is below min_quality.")
-    unsuccessful: bool = Field(False, description="Drop rows that did not succeed.")
+    unsuccessful: bool = Field(
+        True, description="Drop rows whose success is not true (failed or never verified)."
+    )
     min_quality: float = Field(0.7, ge=0, le=1, description="Quality threshold (reference: 0.7).")
     min_coherence: float = Field(0.5, ge=0, le=1, description="Coherence threshold.")
     min_turns: int = Field(2, ge=0, description="Successes need at least this many turns.")

@@ -3,7 +3,8 @@ PNG files beside it.
 
 Sections, each present when the run has what it needs:
 
-1) the stages: rows in and out, seconds;
+1) the stages: rows in and out, seconds; the final output's rows by verdict, flagged when it
+   is mostly unverified (the run manifest's ``final_output`` check);
 2) quality distribution: histograms of ``quality_score`` at each stage that has scores
    (after score, after filter, ...), so what the filter removed is visible;
 3) the filter's rules: per rule, rows dropped first and rows failing; dedup's counts;
@@ -45,6 +46,7 @@ class ReportData:
     clusters: dict[str, Any] | None = None  # cluster_summary / cluster_stats
     capability_success: list[dict[str, Any]] = field(default_factory=list)
     capability_stage: str = ""
+    final_output: dict[str, Any] = field(default_factory=dict)  # the manifest's check
 
 
 def _plt() -> Any:
@@ -162,6 +164,27 @@ def _tables(data: ReportData) -> list[tuple[str, list[str], list[list[str]]]]:
                     ]
                     for s in data.stages
                 ],
+            )
+        )
+    check = data.final_output
+    if check.get("stage"):
+        flag = ""
+        if check.get("mostly_unverified"):
+            flag = " — WARNING: mostly unverified" + (
+                " (accepted: allow_unverified)" if check.get("allowed") else ", not accepted"
+            )
+        rows = [
+            ["verified (success true)", f"{check['success']:,}"],
+            ["failed (success false)", f"{check['failed']:,}"],
+            ["never verified (success null)", f"{check['unknown']:,}"],
+        ]
+        rows += [[f"set aside upstream: {k}", f"{v:,}"] for k, v in check.get("aside", {}).items()]
+        out.append(
+            (
+                f"Final output ({check['stage']}: {check['rows']:,} rows, "
+                f"{check['unverified_share']:.0%} not verified){flag}",
+                ["rows", "count"],
+                rows,
             )
         )
     for f in data.summary.get("filter", []):

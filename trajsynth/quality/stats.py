@@ -9,6 +9,7 @@ rows. ``STATS_COLUMNS`` is the projection the CLI reads.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from math import comb
 from typing import Any
 
@@ -24,6 +25,7 @@ __all__ = [
     "dataset_stats",
     "histogram",
     "manifest_summary",
+    "outcome_counts",
     "pass_at_k",
 ]
 
@@ -44,6 +46,22 @@ STATS_COLUMNS = [
     "difficulty_score",
     "cluster_id",
 ]
+
+
+def outcome_counts(columns: Iterable[pa.Array | pa.ChunkedArray]) -> dict[str, int]:
+    """Rows by verdict over ``success`` columns: ``success`` (true), ``failed`` (false) and
+    ``unknown`` (null: nothing gave the row a verdict).
+
+    >>> outcome_counts([pa.array([True, False, None, True])])
+    {'success': 2, 'failed': 1, 'unknown': 1}
+    """
+    out = {"success": 0, "failed": 0, "unknown": 0}
+    for col in columns:
+        true = int(pc.sum(pc.cast(pc.fill_null(col, False), pa.int64())).as_py() or 0)
+        out["success"] += true
+        out["unknown"] += col.null_count
+        out["failed"] += len(col) - col.null_count - true
+    return out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -107,7 +107,7 @@ class EvalBfclConfig(StageConfig):
     )
     data_dir: str | None = Field(None, description="BFCL data (default: the bfcl-eval wheel's).")
     batch_size: int = Field(64, ge=1, description="Prompts a local model generates at once.")
-    max_new_tokens: int = Field(384, ge=1, description="Tokens per answer.")
+    max_new_tokens: int = Field(256, ge=1, description="Tokens per answer.")
     device: str = Field("auto", description="auto, cpu, cuda, mps.")
     copy_to_run: bool = Field(True, description="Also write bfcl.json into the run folder.")
 

@@ -36,7 +36,8 @@ class FilterConfig(FilterRules, StageConfig):
 
 @register
 class Filter(MapStage[FilterConfig]):
-    """Drop invalid, incoherent, too-easy, inefficient and low-quality rows (per-rule counts)."""
+    """Drop invalid, incoherent, too-easy, inefficient, low-quality and unverified rows
+    (per-rule counts)."""
 
     name = "filter"
     outputs = ("main", "rejected")

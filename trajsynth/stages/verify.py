@@ -45,6 +45,17 @@ Writes ``success``, ``reward_components`` (``format``, ``execution``, ``final_st
 ``outputs``, ``call_match``, ``judge``: 1.0 pass / 0.0 fail, absent when not run; ``task``:
 the verdict), ``format_errors``, ``failure_layer`` and ``failure_reason`` (the first failing
 layer), ``judge``, and ``extra["verify"]`` (layers run, layers skipped with their reasons).
+
+Where the rows go: a row that did not verify (``success`` false, by a layer here or by the
+verdict it came with when no layer here decided) goes to the ``failed`` output with its
+``failure_layer`` and ``failure_reason``, never to the main one, so data that failed
+verification does not flow on to the next stage; ``trajsynth run`` shows it as
+``verified (verify): 42 → 40 rows (+ failed 2)``, and ``from: verified:failed`` reads them
+(e.g. for a repair stage). With ``keep_failed: true`` they stay on the main output, marked
+``success: false`` (the run's summary line counts them as marked failed). Rows no layer could
+judge (``success`` stays null) stay on the main output: ``filter`` drops them by default.
+Counts: ``rows``, ``success``, ``failed`` (rows that did not verify), ``failed.<layer>``,
+``skipped.<layer>``.
 """
 
 from __future__ import annotations
@@ -60,7 +71,7 @@ from ..core.schema import Judge, ToolCall, Trajectory
 from ..core.task import GroundTruth
 from ..quality.trace import parse_trace
 from .context import Context
-from .kinds import RowStage, StageConfig
+from .kinds import Emit, RowStage, StageConfig
 from .registry import register
 
 __all__ = ["JUDGE_PROMPT", "Verify", "VerifyConfig"]
@@ -107,6 +118,11 @@ class VerifyConfig(StageConfig):
     judge: bool = Field(False, description="Layer 5: the LLM judge (role `judge`).")
     judge_max_chars: int = Field(
         12_000, ge=500, description="Longest conversation text shown to the judge."
+    )
+    keep_failed: bool = Field(
+        False,
+        description="Keep rows that fail verification on the main output (marked success: "
+        "false) instead of routing them to the `failed` output.",
     )
 
 
@@ -159,10 +175,12 @@ def _parse_verdict(text: str | None) -> tuple[bool | None, str]:
 
 @register
 class Verify(RowStage[VerifyConfig]):
-    """APIGen's layers (format, execution replay, LLM judge) + final state and call match."""
+    """APIGen's layers (format, execution replay, LLM judge) + final state and call match;
+    rows that fail go to the `failed` output."""
 
     name = "verify"
     writes = ("success", "reward_components", "format_errors", "failure_layer", "failure_reason")
+    outputs = ("main", "failed")
     concurrency = 32
 
     def setup(self, ctx: Context) -> None:
@@ -177,6 +195,15 @@ class Verify(RowStage[VerifyConfig]):
                 ) from exc
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Any]:
+        verified = await self._verify(row, ctx)
+        if verified.success is False:
+            ctx.metrics.inc("failed")
+            if not self.config.keep_failed:
+                return [Emit("failed", [verified])]
+        return [verified]
+
+    async def _verify(self, row: Trajectory, ctx: Context) -> Trajectory:
+        """The row with every layer's outcome recorded (see the module docstring)."""
         cfg = self.config
         out = _Outcome()
         steps = row.assistant_steps()
@@ -184,7 +211,7 @@ class Verify(RowStage[VerifyConfig]):
         ctx.metrics.inc("rows")
         if not steps:
             out.skipped = {layer: "no conversation" for layer in LAYERS}
-            return [self._finish(row, out, ctx)]
+            return self._finish(row, out, ctx)
         has_env = row.domain in self._domains(ctx)
         no_env = f"no environment for domain {row.domain!r}"
         # 1) format
@@ -193,7 +220,7 @@ class Verify(RowStage[VerifyConfig]):
 
             out.format_errors = check_trajectory(row)
             if not out.record("format", not out.format_errors, "; ".join(out.format_errors[:3])):
-                return [self._finish(row, out, ctx)]
+                return self._finish(row, out, ctx)
         # 2) execution
         if cfg.execution:
             if not has_env:
@@ -201,7 +228,7 @@ class Verify(RowStage[VerifyConfig]):
             else:
                 ok, reason = self._replay(row, gt, ctx)
                 if not out.record("execution", ok, reason):
-                    return [self._finish(row, out, ctx)]
+                    return self._finish(row, out, ctx)
         # 3) final state and required outputs
         if cfg.final_state and gt is not None:
             from ..envs.verifiers import final_state_match, required_outputs_present
@@ -212,22 +239,22 @@ class Verify(RowStage[VerifyConfig]):
             else:
                 ok, reason = self._final_state(row, gt, ctx, final_state_match, cfg)
                 if not out.record("final_state", ok, reason):
-                    return [self._finish(row, out, ctx)]
+                    return self._finish(row, out, ctx)
             if gt.required_outputs:
                 ok, missing = required_outputs_present(row.final_answer(), gt.required_outputs)
                 reason = f"missing outputs: {missing}" if missing else ""
                 if not out.record("outputs", ok, reason, decides=decides) and decides:
-                    return [self._finish(row, out, ctx)]
+                    return self._finish(row, out, ctx)
         # 4) call match
         if cfg.call_match != "off" and gt is not None and gt.flat_calls():
             ok, reason = self._call_match(row, gt, cfg.call_match)
             decides = not has_env and row.success is None
             if not out.record("call_match", ok, reason, decides=decides) and decides:
-                return [self._finish(row, out, ctx)]
+                return self._finish(row, out, ctx)
         # 5) semantic judge
         if cfg.judge:
             await self._judge(row, ctx, out, cfg)
-        return [self._finish(row, out, ctx)]
+        return self._finish(row, out, ctx)
 
     # -- layers ---------------------------------------------------------------------------
     @staticmethod
@@ -381,6 +408,8 @@ class Verify(RowStage[VerifyConfig]):
             ctx.metrics.inc(f"failed.{failed[0]}")
         elif success:
             changes["failure_layer"], changes["failure_reason"] = None, None
+        elif success is False and not row.failure_reason:  # the verdict it came with stands
+            changes["failure_reason"] = "failed before verify; no layer here decided otherwise"
         if out.judge is not None:
             changes["judge"] = out.judge
         for layer in out.skipped:

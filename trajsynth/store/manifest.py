@@ -111,6 +111,9 @@ class RunManifest(BaseModel):
     updated_at: str = Field(default_factory=_now)
     stages: dict[str, StageState] = Field(default_factory=dict)
     usage: dict[str, Any] = Field(default_factory=dict)
+    #: the check of the run's final output (trajsynth.pipeline.final_output), {} until a
+    #: pipeline run finishes
+    final_output: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> RunManifest:

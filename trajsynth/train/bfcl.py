@@ -152,7 +152,7 @@ class BfclConfig(BaseModel):
         default=None, description="A BFCL data folder (default: the bfcl-eval wheel's)."
     )
     temperature: float = Field(default=0.0, ge=0, description="0: greedy.")
-    max_new_tokens: int = Field(default=384, ge=1, description="Tokens per answer.")
+    max_new_tokens: int = Field(default=256, ge=1, description="Tokens per answer.")
     system: str | None = Field(
         default=None,
         description="System message for entries without one (none: the template's default).",

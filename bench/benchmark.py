@@ -1,0 +1,116 @@
+"""Does trajsynth's data make a real model better at tool use on a public benchmark?
+
+Runs the generalist pipeline (``pipelines/generalist.yaml``) at a size that fits about 40
+minutes on a 2-core CPU: every tool collection in ``--external`` (ToolAlpaca, StableToolBench,
+API-Bank, tau-bench; BFCL's multi-turn API classes as code; the built-in domains) →
+``--tasks`` Magnet tasks per domain → simulated-teacher rollouts → verify, score, filter,
+dedup, difficulty, balance → decontaminate → LoRA SFT of SmolLM2-135M-Instruct for
+``--minutes`` → BFCL v4 (``--limit`` entries per category, spread over each file) for the
+base model and the trained one. BFCL's single-turn questions, functions and answers never
+enter the training data; the figure ``contamination`` counts any that did (must be 0).
+
+Run: python bench/benchmark.py [--external ../shared/external] [--tasks 60] [--minutes 20]
+     [--limit 50] [--out runs/benchmark]
+The pipeline's stages are cached in ``--out``: a rerun with the same settings only reprints.
+The last line is one JSON object: ``base`` and ``trained`` (BFCL category → accuracy, plus
+``mean`` over simple_python, multiple, parallel, parallel_multiple, live_simple),
+``irrelevance_base``, ``irrelevance_trained``, ``train_minutes``, ``train_rows``, ``tools``,
+``contamination``, and the run's wall time and load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+
+CATEGORIES = [
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "live_simple",
+    "live_multiple",
+    "irrelevance",
+    "live_irrelevance",
+]
+
+
+def _external(arg: str | None) -> Path:
+    if arg:
+        return Path(arg).resolve()
+    env = os.environ.get("TRAJSYNTH_EXTERNAL")
+    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared/external"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--external", help="Folder of tool collections (TRAJSYNTH_EXTERNAL).")
+    ap.add_argument("--tasks", type=int, default=60, help="Magnet tasks per domain.")
+    ap.add_argument("--minutes", type=float, default=20.0, help="SFT budget in minutes.")
+    ap.add_argument("--limit", type=int, default=50, help="BFCL entries per category.")
+    ap.add_argument("--out", default="runs/benchmark", help="Run folder (stages cached there).")
+    ap.add_argument("--set", action="append", default=[], help="More pipeline overrides.")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    external = _external(args.external)
+    if not external.is_dir():
+        raise SystemExit(f"no tool collections at {external}: pass --external DIR")
+    os.environ["TRAJSYNTH_EXTERNAL"] = str(external)
+
+    from trajsynth.envs import EnvFactory
+    from trajsynth.pipeline import run_pipeline
+    from trajsynth.pipeline.spec import load_pipeline
+    from trajsynth.store import read_records
+
+    overrides = [
+        f"stages.tasks.with.tasks_per_domain={args.tasks}",
+        f"stages.train.with.sft.max_minutes={args.minutes}",
+        f"stages.bfcl.with.limit={args.limit}",
+        f"stages.bfcl.with.categories=[{','.join(CATEGORIES)}]",
+        *args.set,
+    ]
+    started = time.perf_counter()
+    result = run_pipeline("generalist", out=args.out, overrides=overrides)
+    wall = time.perf_counter() - started
+    stages = result.manifest.stages
+    report = json.loads((Path(args.out) / "bfcl.json").read_text())
+    factory = EnvFactory(load_pipeline("generalist", overrides).spec.defaults.env)
+    tools = sum(len(factory.toolset(d)) for d in factory.domains())
+    rows = read_records(result.output("clean"))
+    train = stages["train"].metrics
+
+    base, trained = report["base"], report["trained"]
+    print(f"{'BFCL category':<20}{'base':>8}{'trained':>9}")
+    for cat in [*CATEGORIES, "mean"]:
+        print(f"{cat:<20}{base.get(cat, 0):>8.2f}{trained.get(cat, 0):>9.2f}")
+    print(
+        f"{len(factory.domains())} domains, {tools} tools; {len(rows)} training rows; "
+        f"SFT {train['values'].get('steps')} steps in {train['values']['seconds'] / 60:.1f} min; "
+        f"contamination {report['contamination']['count']}; run {wall / 60:.1f} min",
+        flush=True,
+    )
+    figures = {
+        "base": base,
+        "trained": trained,
+        "irrelevance_base": base.get("irrelevance"),
+        "irrelevance_trained": trained.get("irrelevance"),
+        "train_minutes": round(train["values"]["seconds"] / 60, 1),
+        "train_rows": len(rows),
+        "tools": tools,
+        "contamination": report["contamination"]["count"],
+        "limit": args.limit,
+        "tasks_per_domain": args.tasks,
+        "run_minutes": round(wall / 60, 1),
+        "load_1min": round(os.getloadavg()[0], 2),
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,8 @@
+"""Makes the helpers beside these tests (``stagerun``, ``live_tools``) importable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
