@@ -5,8 +5,9 @@ Standard library only, run by path: ``python -I -S _view.py SPEC`` (SPEC: JSON).
 filesystem (the command's interpreter, packages and the user's data stay where they are) and
 only takes away the right to change it:
 
-1) the launcher asks to be killed when the thread that started it ends
-   (``PR_SET_PDEATHSIG``), so a server never outlives trajsynth, even one killed by SIGKILL;
+1) the launcher asks to be told when the thread that started it ends (``PR_SET_PDEATHSIG``,
+   as SIGUSR1, apart from the SIGTERM of a normal stop), so a server never outlives
+   trajsynth, even one killed by SIGKILL;
 2) with ``"namespace": true``: a new PID namespace (plus a user namespace that maps the
    caller to itself when not root);
 3) the launcher forks: the child is PID 1 of the new PID namespace (it dies with the
@@ -15,7 +16,12 @@ only takes away the right to change it:
    SIGKILL to it and exits with its status. Without namespaces the child leads a process
    group of its own, which the launcher kills (when told to stop, and when the command
    exits, for what it left behind). A launcher whose trajsynth is gone (killed) also
-   removes ``scratch``, the folder of the private copies;
+   removes ``scratch``, the folder of the private copies. "Gone" is read from the kernel,
+   not from ``getppid()`` alone: the thread that started the launcher can end (and the
+   command see its stdin close) while the rest of the killed trajsynth is still exiting, its
+   PID unchanged; so the parent counts as gone when the launcher was reparented, or when it
+   is exiting (a zombie, or ``PF_EXITING`` in ``/proc/PID/stat``), and after the death
+   signal the launcher waits a few seconds for that;
 4) in the child (``"namespace": true``), in a mount namespace of its own: ``writable``
    folders (a private temporary folder, ``/dev/shm``) become mounts of their own; each
    ``bind`` ``[source, target]`` (the private copy of a state folder or file) is mounted
@@ -94,10 +100,30 @@ def build_view(spec):
     make_readonly(tuple(keep))
 
 
+PF_EXITING = 0x4  # /proc/PID/stat's flags: the process has begun to exit
+#: seconds a launcher told that its starting thread ended waits for trajsynth to be gone
+ORPHAN_WAIT_S = 5.0
+
+
+def parent_gone(parent):
+    """Whether trajsynth (``parent``, the launcher's parent at start) is gone or exiting."""
+    if os.getppid() != parent:
+        return True
+    try:
+        with open(f"/proc/{parent}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return True
+    try:  # fields after the name: state, ppid, pgrp, session, tty, tpgid, flags, ...
+        return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & PF_EXITING)
+    except (IndexError, ValueError):
+        return False
+
+
 def main():
     spec = json.loads(sys.argv[1])
     parent = os.getppid()
-    libc().prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # 1 (handled in step 3)
+    libc().prctl(PR_SET_PDEATHSIG, signal.SIGUSR1, 0, 0, 0)  # 1 (handled in step 3)
     if os.getppid() != parent:  # the parent ended before the request took
         os._exit(1)
     namespace = bool(spec.get("namespace"))
@@ -125,8 +151,15 @@ def main():
                 except OSError:
                     pass
 
+        orphaned = []
+
+        def orphan(signum=None, frame=None):  # the thread that started the launcher ended
+            orphaned.append(True)
+            stop()
+
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, stop)
+        signal.signal(signal.SIGUSR1, orphan)
         code = 1
         while True:
             try:
@@ -138,14 +171,22 @@ def main():
             except InterruptedError:
                 continue
         stop()  # whatever the command left behind in its group
-        if os.getppid() != parent and spec.get("scratch"):  # trajsynth is gone: its copies too
+        gone = parent_gone(parent)
+        if not gone and orphaned:  # a killed trajsynth's other threads may still be exiting
+            import time
+
+            deadline = time.monotonic() + ORPHAN_WAIT_S
+            while not gone and time.monotonic() < deadline:
+                time.sleep(0.05)
+                gone = parent_gone(parent)
+        if gone and spec.get("scratch"):  # trajsynth is gone: its copies too
             import shutil
 
             shutil.rmtree(spec["scratch"], ignore_errors=True)
         os._exit(code)
     try:
         libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
         if not namespace:
             os.setpgid(0, 0)  # a group of its own, which the launcher kills when told to stop
