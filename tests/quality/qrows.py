@@ -101,3 +101,13 @@ def row(
 
 def dicts(messages: list[Message]) -> list[dict[str, Any]]:
     return [m.model_dump() for m in messages]
+
+
+#: a two-call booking and a one-call weather lookup (the dedup tests' actions), and a goal
+BOOK = [
+    ("think", "find", [call("search_flights", destination="Paris")], [{"f": ["FL1"]}]),
+    ("think", "book", [call("book_flight", flight_id="FL1")], [{"ok": True}]),
+    ("say", "Booked FL1."),
+]
+WEATHER = [("think", "w", [call("get_weather", city="Paris")], [{"sky": "sun"}]), ("say", "sun")]
+GOAL = "Please book a flight to Paris for next Monday morning"

@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pyarrow as pa
 import pytest
-from qrows import call, row
+from qrows import BOOK, GOAL, WEATHER, call, row
 
 from trajsynth.core import to_batch
 from trajsynth.quality.columns import tokens
@@ -32,14 +32,6 @@ from trajsynth.quality.dedup import (
 )
 from trajsynth.stages import Context, ContextSpec, build_stage
 from trajsynth.stages.synthetic import synthetic_row
-
-BOOK = [
-    ("think", "find", [call("search_flights", destination="Paris")], [{"f": ["FL1"]}]),
-    ("think", "book", [call("book_flight", flight_id="FL1")], [{"ok": True}]),
-    ("say", "Booked FL1."),
-]
-WEATHER = [("think", "w", [call("get_weather", city="Paris")], [{"sky": "sun"}]), ("say", "sun")]
-GOAL = "Please book a flight to Paris for next Monday morning"
 
 
 def table(rows):

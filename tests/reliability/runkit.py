@@ -44,7 +44,7 @@ def _env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _run_cmd(pipeline: str, out: Path, sets: tuple[str, ...]) -> list[str]:
+def _run_cmd(pipeline: str, out: Path | str, sets: tuple[str, ...]) -> list[str]:
     cmd = [sys.executable, "-m", "trajsynth", "run", pipeline, "--out", str(out), "-q"]
     for s in sets:
         cmd += ["--set", s]
@@ -104,26 +104,36 @@ def kill_trials(
     sets: tuple[str, ...] = KILL_SETS,
     timeout_s: float = 600,
     progress: Any = None,
+    where: Any = None,
+    env: dict[str, str] | None = None,
+    digest_of: Any = None,
+    leftovers_of: Any = None,
 ) -> dict[str, Any]:
     """``trials`` kill-and-resume runs against one uninterrupted run; see the module doc.
-    ``progress(message)`` is told when each run ends."""
+    ``progress(message)`` is told when each run ends. The run folders are ``work/<name>``,
+    or ``where(name)`` (a bucket URL, say), read by ``digest_of`` and ``leftovers_of``
+    (default: :func:`digest` and the temporary files of a local folder); ``env`` is added to
+    the runs' environment."""
     say = progress or (lambda message: None)
+    where = where or (lambda name: work / name)
+    digest_of = digest_of or digest
+    leftovers_of = leftovers_of or _leftovers
     rnd = random.Random(seed)
-    ref_out = work / "reference"
+    ref_out = where("reference")
     start = time.monotonic()
     subprocess.run(
-        _run_cmd(pipeline, ref_out, sets), cwd=REPO, env=_env(work / "reference-cache"),
+        _run_cmd(pipeline, ref_out, sets), cwd=REPO, env=_env(work / "reference-cache", env),
         check=True, timeout=timeout_s, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     ref_s = time.monotonic() - start
-    reference = digest(ref_out)
+    reference = digest_of(ref_out)
     say(f"kill trials: uninterrupted run {ref_s:.1f} s")
     results = []
     for t in range(trials):
-        out, cache = work / f"trial-{t}", work / f"trial-{t}-cache"
+        out, cache = where(f"trial-{t}"), work / f"trial-{t}-cache"
         delay = rnd.uniform(0.05, 0.95) * ref_s
         proc = subprocess.Popen(
-            _run_cmd(pipeline, out, sets), cwd=REPO, env=_env(cache),
+            _run_cmd(pipeline, out, sets), cwd=REPO, env=_env(cache, env),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -141,11 +151,11 @@ def kill_trials(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
         resumed = subprocess.run(
-            _run_cmd(pipeline, out, sets), cwd=REPO, env=_env(cache), timeout=timeout_s,
+            _run_cmd(pipeline, out, sets), cwd=REPO, env=_env(cache, env), timeout=timeout_s,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        got = digest(out) if resumed.returncode == 0 else {}
-        left = _leftovers(out)
+        got = digest_of(out) if resumed.returncode == 0 else {}
+        left = leftovers_of(out)
         same = resumed.returncode == 0 and got == reference
         say(f"kill trial {t + 1}/{trials}: killed after {delay:.1f} s, resumed, identical={same}")
         results.append(

@@ -61,6 +61,7 @@ def _root(
 COMMAND_MODULES = [
     "trajsynth.cli.run",
     "trajsynth.cli.data",
+    "trajsynth.cli.query",
     "trajsynth.cli.quality",
     "trajsynth.cli.imports",
     "trajsynth.cli.tools",

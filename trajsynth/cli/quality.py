@@ -401,10 +401,13 @@ def resolve_data_path(path: Path) -> tuple[Path, dict[str, Any] | None, str | No
     up), or a run folder (then its last finished stage with rows is used). Returns
     ``(shards, manifest dict or None, stage id or None)``.
     """
+    from ..core.location import as_path
     from ..store.manifest import MANIFEST_NAME, RunManifest
 
     def load(p: Path) -> dict[str, Any]:
         return RunManifest.load(p).model_dump(mode="json")
+
+    path = as_path(path)  # a bucket URL (s3://…) too
 
     if path.is_dir():
         has_shards = any(path.glob("*.parquet"))

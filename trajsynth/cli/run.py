@@ -54,7 +54,9 @@ EXECUTION = "Execution"
 @app.command(rich_help_panel="Pipelines")
 def run(
     pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file (or a built-in's name).")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder.")] = None,
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="Run folder (a path, or s3://, gs:// …).")
+    ] = None,
     set_: SetOption = None,
     force: Annotated[
         bool, typer.Option("--force", help="Rerun every stage.", rich_help_panel=EXECUTION)
@@ -212,11 +214,13 @@ def run_single_stage(
     Returns the run's result; ``show_counts=False`` leaves printing the stage's counts to the
     caller (the shortcuts print their own tables).
     """
+    from ..core.location import as_path, is_url
     from ..pipeline.runner import Runner
     from ..pipeline.spec import resolve_pipeline
 
+    inputs = [as_path(p) for p in inputs]  # a bucket URL (s3://…) too
     for p in inputs:
-        if not p.exists():
+        if not is_url(p) and not p.exists():
             raise InputNotFoundError(f"--in {p}: does not exist")
     overrides = []
     for item in sets:

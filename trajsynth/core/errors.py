@@ -12,7 +12,9 @@ boundaries with ``raise ... from exc``. The CLI prints ``str(exc)`` and exits wi
     │   ├── SpecError             a tool specification that cannot be used
     │   ├── DataError             a shard or file that cannot be read as trajectories
     │   │   └── SchemaVersionError   a shard written by another schema version
-    │   └── InputNotFoundError    a path that does not exist or holds no shards
+    │   ├── InputNotFoundError    a path that does not exist or holds no shards
+    │   └── StorageError          object storage refused, unreachable, no bucket or credentials
+    │       └── ConcurrentCommitError   another process committed to the same run folder
     ├── UnverifiedOutput          exit 1: a run's final output is mostly unverified
     └── BackendError              exit 1: something outside the input failed
         ├── EndpointError         an LLM endpoint failed (unreachable, 4xx/5xx after retries)
@@ -35,6 +37,7 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "CircuitOpen",
+    "ConcurrentCommitError",
     "ConfigError",
     "DataError",
     "EndpointError",
@@ -45,6 +48,7 @@ __all__ = [
     "SchemaVersionError",
     "SpecError",
     "StageFailed",
+    "StorageError",
     "TrajsynthError",
     "UnknownStageError",
     "UnverifiedOutput",
@@ -97,6 +101,16 @@ class SchemaVersionError(DataError):
 
 class InputNotFoundError(UserError):
     """A path does not exist or contains no Parquet shards."""
+
+
+class StorageError(UserError):
+    """Object storage cannot be used as asked: no credentials, access refused, no such
+    bucket, or an endpoint that does not answer (``trajsynth.core.location``)."""
+
+
+class ConcurrentCommitError(StorageError):
+    """A commit found the file changed since it was read (or a write-once key taken):
+    another process writes the same run folder."""
 
 
 class UnverifiedOutput(TrajsynthError):

@@ -18,7 +18,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["canonical_json", "file_fingerprint", "seed_from", "stable_hash", "stable_id"]
+__all__ = [
+    "bytes_fingerprint",
+    "canonical_json",
+    "file_fingerprint",
+    "seed_from",
+    "stable_hash",
+    "stable_id",
+]
 
 
 def _default(obj: Any) -> Any:
@@ -57,6 +64,11 @@ def stable_id(*parts: Any) -> str:
 def seed_from(*parts: Any) -> int:
     """A 63-bit integer seed derived from ``parts``; use it to seed per-row RNGs."""
     return int(stable_hash(list(parts), digest_size=8), 16) & ((1 << 63) - 1)
+
+
+def bytes_fingerprint(data: bytes) -> str:
+    """:func:`file_fingerprint` of a file holding ``data`` (an object read whole from storage)."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def file_fingerprint(path: str | Path, *, chunk: int = 1 << 22) -> str:

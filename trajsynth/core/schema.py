@@ -5,10 +5,12 @@ A row is one trajectory (or one task: a row whose ``messages`` are still empty).
 groups (docs/architecture.md, "The trajectory record"):
 
 - identity: ``id`` (a hash of the inputs that produced the row), ``schema_version``
-- task: ``task_id``, ``goal``, ``domain``, ``capabilities``, ``ground_truth`` (JSON)
+- task: ``task_id``, ``goal``, ``domain``, ``env_version`` (the environment's version the
+  row was played in), ``capabilities``, ``ground_truth`` (JSON)
 - tools: ``tools`` (JSON, the OpenAI ``tools`` list offered to the model)
 - conversation: ``messages`` in the OpenAI chat format
-- per-step annotations, one entry per assistant message: ``step_rewards``, ``step_flags``
+- per-step annotations, one entry per assistant message: ``step_rewards``, ``step_flags``,
+  ``step_diffs`` (the environment's state change at that step, as JSON text)
 - outcome: ``success``, ``reward``, ``reward_components``, ``num_turns``, ``num_tool_calls``,
   ``format_errors``, ``failure_layer``, ``failure_reason``, ``rollouts_total``,
   ``rollouts_passed``
@@ -50,7 +52,7 @@ __all__ = [
 
 #: Bump when a column is added, removed or changes meaning; add a migration in
 #: ``trajsynth.store.migrations`` where old shards can be carried forward.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: step flag marking an assistant step kept as context only (see Trajectory.context_steps)
 CONTEXT_FLAG = "deviated"
@@ -147,6 +149,12 @@ class Trajectory(BaseModel):
     task_id: str = Field(description="Id of the task this trajectory attempts.")
     goal: str = Field(default="", description="The user's request (first turn or whole goal).")
     domain: str = Field(default="", description="Tool domain or toolset name.")
+    env_version: str = Field(
+        default="",
+        description="Version of the domain's environment the row was played in: a hash of its "
+        "tool specs, the code that runs them and their data (EnvFactory.version); '' when not "
+        "recorded. `trajsynth expire` replays rows whose environment changed since.",
+    )
     capabilities: list[str] = Field(
         default_factory=list, description="Capability tags, e.g. dependent_calls, parallel_calls."
     )
@@ -167,6 +175,12 @@ class Trajectory(BaseModel):
     step_flags: list[list[str]] = Field(
         default_factory=list,
         description="Per assistant step: flags such as calibrated, deviated, format_error.",
+    )
+    step_diffs: list[str] = Field(
+        default_factory=list,
+        description="Per assistant step: the environment's state change it made, as JSON text "
+        "(a list of {table, key, kind, before, after, fields}; '[]' when nothing changed). "
+        "Empty when not recorded (rows written before schema version 2).",
     )
     # outcome
     success: bool | None = Field(default=None, description="Did the trajectory solve the task?")
@@ -216,7 +230,7 @@ class Trajectory(BaseModel):
         steps = [m for m in self.messages if m.role == "assistant"]
         self.num_turns = len(steps)
         self.num_tool_calls = sum(len(m.tool_calls) for m in steps)
-        for name in ("step_rewards", "step_flags"):
+        for name in ("step_rewards", "step_flags", "step_diffs"):
             values = getattr(self, name)
             if values and len(values) != len(steps):
                 raise ValueError(
@@ -281,6 +295,8 @@ class Trajectory(BaseModel):
         with this row, which is safe because rows are never edited in place.
         """
         data = {**self.__dict__, **changes}
+        if "messages" in changes and "step_diffs" not in changes:
+            data["step_diffs"] = []  # the parent's state changes belong to its own steps
         return Trajectory.model_validate(data)
 
     # --- Arrow conversion ------------------------------------------------------------

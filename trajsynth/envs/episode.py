@@ -53,6 +53,7 @@ to.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -435,8 +436,13 @@ class Episode:
             s.step_info.append(info)
             s.end = "length"
             return
+        info["state_diff"] = "[]"  # what the step changed in the environment (JSON text)
         if msg.tool_calls:  # 3)
+            before = self.env.snapshot()
             obs, done, env_info = self.env.step(msg)
+            info["state_diff"] = json.dumps(
+                self.env.diff(before).to_json(), ensure_ascii=False, sort_keys=True, default=str
+            )
             s.messages += obs.to_messages(self.env.max_observation_chars)
             for r in obs.results:
                 s.results.append(r)

@@ -42,6 +42,7 @@ and stops the sandbox.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from pathlib import Path
 from typing import Any, Literal
@@ -51,7 +52,9 @@ from pydantic import Field, ValidationError, model_validator
 from ..core.config import StrictModel
 from ..core.errors import ConfigError
 from .base import Environment
+from .domain import Domain
 from .domains import BUILTIN_DOMAINS, example_tasks, get_domain
+from .http import HTTPConfig, HTTPEnvironment, HTTPProxy
 from .mcp import MCPConfig, MCPEnvironment, MCPServer
 from .recording import Recorder, RecordingEnvironment, ReplayEnvironment
 from .sandbox import Sandbox, SandboxConfig
@@ -80,11 +83,12 @@ class ToolsetConfig(StrictModel):
         default_factory=list,
         description="Tool names left out of the toolset (e.g. names a benchmark uses).",
     )
-    backend: Literal["simulated", "code", "mcp", "replay"] = Field(
+    backend: Literal["simulated", "code", "mcp", "replay", "http"] = Field(
         default="simulated",
         description="simulated: a stateful simulator answers in each tool's output schema; "
         "code: the Python classes in `code` run the calls; mcp: the MCP server in `mcp` "
-        "runs them; replay: recorded results only.",
+        "runs them; replay: recorded results only; http: the OpenAPI operations in `file` are "
+        "called over HTTP through the allowlist and record/replay cache of `http`.",
     )
     code: list[str] = Field(
         default_factory=list,
@@ -93,6 +97,10 @@ class ToolsetConfig(StrictModel):
     )
     mcp: MCPConfig | None = Field(
         default=None, description="For `mcp`: the server ({command} for stdio, or {url})."
+    )
+    http: HTTPConfig | None = Field(
+        default=None,
+        description="For `http`: the allowed hosts, the record/replay cache and its mode.",
     )
     tools: dict[str, Literal["simulated", "code", "mcp"]] = Field(
         default_factory=dict,
@@ -131,6 +139,8 @@ class ToolsetConfig(StrictModel):
                 raise ValueError(f"{who} needs `code`: the implementing classes")
             if backend == "mcp" and self.mcp is None:
                 raise ValueError(f"{who} needs `mcp`: {{command: ...}} or {{url: ...}}")
+            if backend == "http" and (self.http is None or not self.file):
+                raise ValueError(f"{who} needs `file` (OpenAPI tool specs) and `http` settings")
             if backend in ("simulated", "replay") and not self.file:
                 raise ValueError(f"{who} needs `file`: the tool specs")
         return self
@@ -147,6 +157,12 @@ class EnvConfig(StrictModel):
         description="Extra domains: name → a toolset file (run by the simulator) or "
         "{file, backend: simulated | code | mcp | replay, code: [import paths], mcp: {...}, "
         "tools: {tool: backend}}.",
+    )
+    search: dict[str, str] = Field(
+        default_factory=dict,
+        description="Search domains: name → a folder (or file) of documents (.txt, .md, or "
+        "JSONL of {id, title, text}) searched with BM25 by the tools search and "
+        "open_document (trajsynth.envs.search).",
     )
     python_exec: bool = Field(
         default=False, description="Offer the sandboxed python_exec tool in built-in domains."
@@ -201,6 +217,9 @@ class EnvFactory:
         clash = set(self.config.toolsets) & set(BUILTIN_DOMAINS)
         if clash:
             raise ConfigError(f"toolsets {sorted(clash)} clash with built-in domain names")
+        clash = set(self.config.search) & (set(BUILTIN_DOMAINS) | set(self.config.toolsets))
+        if clash:
+            raise ConfigError(f"search domains {sorted(clash)} clash with other domain names")
         if self.config.recording == "replay" and not self.config.records:
             raise ConfigError("recording: replay needs `records` (a recorded results file)")
         self._lock = threading.Lock()
@@ -215,17 +234,71 @@ class EnvFactory:
         self.answers = AnswerCache()
         self._mcp: dict[str, MCPServer] = {}
         self._mcp_lock = threading.Lock()
+        self._versions: dict[str, str] = {}
+        self._http: dict[str, HTTPProxy] = {}
+        self._search: dict[str, Domain] = {}
 
     def toolset_config(self, domain: str) -> ToolsetConfig:
         """How an imported toolset is executed (a bare path: simulated)."""
         raw = self.config.toolsets[domain]
         return ToolsetConfig(file=raw) if isinstance(raw, str) else raw
 
+    # -- versions -------------------------------------------------------------------------
+    def version(self, domain: str) -> str:
+        """The version of ``domain``'s environment: a hash of its tool specs (as offered),
+        the source files of the code that runs them (a built-in domain's module, a `code`
+        toolset's modules, an MCP server's command and the script it names), and their data
+        (the toolset file, the recorded results). A row played in another version may no
+        longer hold (``trajsynth expire``)."""
+        with self._lock:
+            known = self._versions.get(domain)
+        if known is not None:
+            return known
+        import inspect
+        import shlex
+
+        from ..core.ids import file_fingerprint, stable_hash
+
+        parts: dict[str, Any] = {"tools": self.toolset(domain).model_dump(mode="json")}
+        files: list[str] = []
+        if domain in self.config.toolsets:
+            tc = self.toolset_config(domain)
+            # how calls are cached or replayed is not what they do: not part of the version
+            parts["config"] = tc.model_dump(
+                mode="json", exclude={"file": True, "http": {"mode", "cache", "timeout_s"}}
+            )
+            for target in tc.code:
+                module = importlib.import_module(target.split(":", 1)[0])
+                files.append(inspect.getsourcefile(module) or "")
+            command = tc.mcp.command if tc.mcp is not None else None
+            if command:
+                words = command if isinstance(command, list) else shlex.split(command)
+                files += [w for w in words if Path(w).is_file()]
+            if tc.file:
+                files.append(tc.file)
+        else:  # a built-in domain: the modules of its state builder and its tools
+            d = self._domain(domain)
+            if domain in self.config.search:  # and the documents it searches
+                from .search import collection_version
+
+                parts["collection"] = collection_version(self.config.search[domain])
+            fns = [d.build_state, *(t.fn for t in d.tools)]
+            files += sorted({inspect.getsourcefile(f) or "" for f in fns if inspect.isfunction(f)})
+        if self.config.records:
+            files.append(str(self.config.records))
+        parts["files"] = [
+            (Path(f).name, file_fingerprint(f) if Path(f).is_file() else None) for f in files if f
+        ]
+        version = stable_hash(parts)[:16]
+        with self._lock:
+            self._versions[domain] = version
+        return version
+
     # -- what is offered ----------------------------------------------------------------
     def domains(self) -> list[str]:
         """Every domain name ``make`` accepts."""
         builtin = self.config.domains if self.config.domains is not None else list(BUILTIN_DOMAINS)
-        return [*builtin, *self.config.toolsets]
+        return [*builtin, *self.config.toolsets, *self.config.search]
 
     def _check(self, domain: str) -> None:
         if domain not in self.domains():
@@ -259,10 +332,24 @@ class EnvFactory:
                     ts = _without(ts, [*tc.exclude, *benchmark])
                     self._toolsets[domain] = ts.model_copy(update={"name": domain})
             return self._toolsets[domain]
-        ts = _without(get_domain(domain).toolset(), sorted(self._benchmark_names()))
+        ts = _without(self._domain(domain).toolset(), sorted(self._benchmark_names()))
         if self.config.python_exec:
             ts = ts.merged(Toolset(tools=[self._python_exec_tool().spec]))
         return ts
+
+    def _domain(self, domain: str) -> Domain:
+        """A built-in domain, or a search domain over its documents (built once)."""
+        if domain not in self.config.search:
+            return get_domain(domain)
+        with self._lock:
+            found = self._search.get(domain)
+        if found is None:
+            from .search import search_domain
+
+            found = search_domain(domain, self.config.search[domain])
+            with self._lock:
+                found = self._search.setdefault(domain, found)
+        return found
 
     def _benchmark_names(self) -> frozenset[str]:
         """The tool names ``decontaminate`` leaves out (read once)."""
@@ -352,6 +439,19 @@ class EnvFactory:
             self._python_exec = make_python_exec(self.sandbox)
         return self._python_exec
 
+    def http_proxy(self, domain: str) -> HTTPProxy:
+        """The allowlist and cache every call of an ``http`` toolset goes through (one per
+        toolset per process; its server checked against the allowlist first)."""
+        with self._lock:
+            proxy = self._http.get(domain)
+        if proxy is None:
+            config = self.toolset_config(domain).http
+            assert config is not None
+            config.check(self.toolset(domain), domain)
+            with self._lock:
+                proxy = self._http.setdefault(domain, HTTPProxy(config))
+        return proxy
+
     def mcp_server(self, domain: str) -> MCPServer:
         """The connection to a toolset's MCP server (made on first use, shared)."""
         with self._mcp_lock:
@@ -408,6 +508,17 @@ class EnvFactory:
                 **common,
             )
             return RecordingEnvironment(env, self.recorder) if cfg.recording == "record" else env
+        if backend == "http":
+            env = HTTPEnvironment(
+                domain,
+                self.http_proxy(domain),
+                self.toolset(domain),
+                seed=seed,
+                initial_state=initial_state,
+                validate_arguments=cfg.validate_arguments,
+                **common,
+            )
+            return RecordingEnvironment(env, self.recorder) if cfg.recording == "record" else env
         if backend == "mcp":
             env = MCPEnvironment(
                 domain,
@@ -420,7 +531,7 @@ class EnvFactory:
             )
             return RecordingEnvironment(env, self.recorder) if cfg.recording == "record" else env
         extra = [self._python_exec_tool()] if cfg.python_exec else None
-        env = get_domain(domain).make(
+        env = self._domain(domain).make(
             seed=seed,
             initial_state=initial_state,
             extra_tools=extra,

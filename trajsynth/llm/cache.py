@@ -16,6 +16,12 @@ tenth of a whole request's client cost (``bench/llm_throughput.py``); an append 
 A line is only trusted when complete (a crash mid-write leaves a torn last line, which is
 skipped); failed requests are never cached. Segments written by other processes after this one
 indexed the folder are picked up on a miss, at most once a second.
+
+A cache folder on object storage (a run with ``--out s3://…``) is mirrored: the segments
+there are copied into this machine's scratch folder when the cache opens, this process
+appends to its own local segment as above, and :func:`sync_remote_caches` (called when each
+unit of a map stage and each stage ends) uploads that segment whole under its own key, so a
+resumed run on any machine finds every answer an earlier one committed.
 """
 
 from __future__ import annotations
@@ -29,9 +35,22 @@ from pathlib import Path
 from typing import Any
 
 from ..core.ids import stable_hash
+from ..core.location import as_path, is_url, list_names, put_bytes, read_bytes, scratch_dir
 from .base import ChatRequest
 
-__all__ = ["CACHE_FORMAT", "ResponseCache", "request_key"]
+__all__ = ["CACHE_FORMAT", "ResponseCache", "request_key", "sync_remote_caches"]
+
+_REMOTE: list[ResponseCache] = []
+_REMOTE_LOCK = threading.Lock()
+
+
+def sync_remote_caches() -> None:
+    """Upload what this process added to every cache mirrored from object storage."""
+    with _REMOTE_LOCK:
+        caches = list(_REMOTE)
+    for cache in caches:
+        cache.sync()
+
 
 #: bump when the stored entry's shape changes (old entries are then ignored, not misread)
 CACHE_FORMAT = 1
@@ -68,7 +87,10 @@ class ResponseCache:
     docstring). Safe across threads; processes each write their own segment."""
 
     def __init__(self, root: str | Path, *, refresh_s: float = 1.0) -> None:
-        self.root = Path(root) / "llm"
+        #: the cache folder on object storage this one mirrors (None: a local cache)
+        self.remote = as_path(root) / "llm" if is_url(root) else None
+        self.root = scratch_dir(root) / "llm" if self.remote is not None else Path(root) / "llm"
+        self._synced = 0
         self.refresh_s = refresh_s
         self._lock = threading.Lock()
         self._index: dict[str, tuple[str, int, int]] = {}  # key → (segment, offset, length)
@@ -79,6 +101,38 @@ class ResponseCache:
         self._own_pid = 0
         self._own_size = 0
         self._read_fds: dict[str, int] = {}
+        if self.remote is not None:
+            self._pull()
+            with _REMOTE_LOCK:
+                _REMOTE.append(self)
+
+    # -- object storage ----------------------------------------------------------------------
+    def _pull(self) -> None:
+        """Copy the bucket's segments that this machine lacks (or has shorter)."""
+        assert self.remote is not None
+        self.root.mkdir(parents=True, exist_ok=True)
+        for name in list_names(self.remote, "seg-*.jsonl"):
+            local = self.root / name
+            data = read_bytes(self.remote / name)
+            if local.exists() and local.stat().st_size >= len(data):
+                continue
+            tmp = local.with_name(f".{name}.tmp-{os.getpid()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, local)
+
+    def sync(self) -> None:
+        """Upload this process's segment to the bucket if it grew (a mirrored cache only)."""
+        if self.remote is None:
+            return
+        with self._lock:
+            own, size = self._own, self._own_size
+            if own is None or size <= self._synced or self._own_pid != os.getpid():
+                return
+            with open(self.root / own, "rb") as f:
+                data = f.read(size)
+        put_bytes(self.remote / own, data)
+        with self._lock:
+            self._synced = max(self._synced, size)
 
     # -- index -------------------------------------------------------------------------------
     def _scan(self) -> None:
@@ -162,6 +216,7 @@ class ResponseCache:
                         self.root / self._own, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
                     )
                     self._own_size = 0
+                    self._synced = 0
                 os.write(self._own_fd, line)
                 self._index[key] = (self._own, self._own_size, len(line))
                 self._own_size += len(line)

@@ -34,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..core.location import as_path
 from ..stages import Context, ContextSpec, Stage, build_stage
 from ..store.shards import (
     DEFAULT_COMPRESSION,
@@ -136,7 +137,7 @@ def run_map_unit(task: UnitTask, progress: Progress | None = None) -> UnitResult
 
     def batches() -> Iterator[pa.RecordBatch]:
         nonlocal rows_in
-        for b in iter_shard(Path(task.input_path), check=task.input_check):
+        for b in iter_shard(as_path(task.input_path), check=task.input_check):
             rows_in += b.num_rows
             yield b
 
@@ -155,7 +156,7 @@ def run_map_unit(task: UnitTask, progress: Progress | None = None) -> UnitResult
     where = f"stage {task.stage_id!r}"
     writers = write_outputs(
         stage.process(batches(), ctx),
-        stage_dir=Path(task.out_dir),
+        stage_dir=as_path(task.out_dir),
         outputs=task.outputs,
         writer=one_shard,
         where=where,
@@ -164,6 +165,11 @@ def run_map_unit(task: UnitTask, progress: Progress | None = None) -> UnitResult
     for name in output_names(task.outputs):
         written = writers[name].shards if name in writers else []
         shards[name] = written[0] if written else None
+    # answers cached on this machine for a run on object storage reach the bucket with the
+    # unit, so a resume on any machine finds them
+    from ..llm.cache import sync_remote_caches
+
+    sync_remote_caches()
     # when the stage wrote nothing for this unit it still counts as done (None shard)
     return UnitResult(
         unit_key=task.unit_key,
@@ -228,7 +234,15 @@ class LocalExecutor(Executor):
             mp_ctx = mp.get_context(method)
             if method == "forkserver":
                 mp_ctx.set_forkserver_preload(["trajsynth.pipeline.executors"])
-            self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp_ctx)
+            # a forkserver started earlier in this process (a notebook, a test session) would
+            # hand its workers the environment of that moment: they get this one (object
+            # storage credentials and endpoints set since, the scratch folder)
+            self._pool = cf.ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=mp_ctx,
+                initializer=_take_environment,
+                initargs=(dict(os.environ),),
+            )
         return self._pool
 
     def run_units(
@@ -272,13 +286,20 @@ class LocalExecutor(Executor):
             self._pool = None
 
 
+def _take_environment(env: dict[str, str]) -> None:
+    """A pool worker's environment: the driver's when it made the pool."""
+    os.environ.clear()
+    os.environ.update(env)
+
+
 class RayExecutor(Executor):
     """Units as Ray tasks, on a local Ray runtime or a cluster (``address="auto"``).
 
     Each unit is :func:`run_map_unit` shipped as a Ray task; the driver still commits results
     one by one, so exactly-once output and resume work as with the local executor. Stages do
     not change. On a cluster the run folder must be on storage every node mounts at the same
-    path (NFS, a cloud bucket mounted with FUSE, ...), since units read and write shards there.
+    path (NFS, ...), or be a bucket URL (``--out s3://bucket/run``), which every node reads
+    and writes itself.
     I/O-bound stages run with ``num_cpus=0`` per unit (they wait on the network) and so many
     more of them run at once than there are cores. The address is ``address``, else the
     ``TRAJSYNTH_RAY_ADDRESS`` environment variable, else a local Ray runtime.

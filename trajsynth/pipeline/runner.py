@@ -30,6 +30,14 @@ Every shard is committed by an atomic rename and then recorded in the manifest, 
 replaced atomically; files not recorded are debris of a crash and are removed on resume. So a
 run killed at any moment and rerun writes each row exactly once.
 
+The run folder may be on object storage (``--out s3://bucket/run``, ``gs://``; see
+:mod:`trajsynth.core.location`): shards are write-once keys, the manifest a conditional
+write, and whatever libraries must write as local files (artifacts such as checkpoints, the
+log) is written in this machine's scratch folder for the run and copied to the bucket when the
+stage ends (artifacts) or the run ends (``logs/run.log``); a stage that ``needs`` an artifact
+gets a local copy on whichever machine it runs. With ``--executor ray`` every node reads and
+writes the bucket itself, so no node needs a shared file system.
+
 Endpoint failures are not data. A rollout (or row) whose LLM request failed for good because of
 the endpoint (:class:`~trajsynth.core.errors.InfraError`: retries exhausted, circuit open) is
 dropped by its stage and counted in the stage's metrics (``infra.lost`` of ``infra.units``, or
@@ -56,7 +64,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import shutil
 import time
 import traceback
 from collections.abc import Iterator
@@ -68,6 +75,16 @@ import pyarrow as pa
 
 from ..core.errors import InfraError, StageFailed, TrajsynthError
 from ..core.ids import file_fingerprint, stable_hash
+from ..core.location import (
+    as_path,
+    is_url,
+    list_names,
+    remove,
+    remove_tree,
+    scratch_dir,
+    size_of,
+    upload_dir,
+)
 from ..core.schema import ARROW_SCHEMA
 from ..stages import (
     Context,
@@ -156,7 +173,11 @@ class Runner:
     ) -> None:
         self.pipeline = pipeline
         defaults = pipeline.spec.defaults
-        self.run_dir = Path(run_dir or defaults.output or f"runs/{pipeline.name}")
+        self.run_dir = as_path(run_dir or defaults.output or f"runs/{pipeline.name}")
+        #: a run folder on object storage; its local files live in ``self.scratch``
+        self.remote = is_url(self.run_dir)
+        self.scratch: Path = scratch_dir(self.run_dir) if self.remote else self.run_dir
+        self.log_path = self.scratch / "logs" / "run.log"
         self.force = force
         self.executor = executor or _default_executor(defaults)
         self.reporter = reporter or Reporter()
@@ -173,15 +194,31 @@ class Runner:
     def stage_dir(self, stage_id: str) -> Path:
         return self.run_dir if self.layout == "single" else self.run_dir / stage_id
 
-    def artifacts_dir(self, stage_id: str) -> Path:
+    def artifacts_dir(self, stage_id: str, *, stored: bool = False) -> Path:
+        """Where a stage writes its artifacts (always a local folder); ``stored``: where they
+        are kept (the bucket, for a run on object storage)."""
+        base = self.run_dir if stored else self.scratch
         if self.layout == "single":
-            return self.run_dir / "artifacts"
-        return self.run_dir / "artifacts" / stage_id
+            return base / "artifacts"
+        return base / "artifacts" / stage_id
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> RunResult:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.remote:
+            list_names(self.run_dir)  # unreachable storage, no bucket, no credentials: say so now
+        else:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         self._setup_logging()
+        try:
+            return self._run()
+        finally:
+            if self.remote:
+                from ..llm.cache import sync_remote_caches
+
+                sync_remote_caches()
+                upload_dir(self.log_path.parent, self.run_dir / "logs")
+
+    def _run(self) -> RunResult:
         manifest = self._load_manifest()
         result = RunResult(run_dir=self.run_dir, manifest=manifest, layout=self.layout)
         self.reporter.run_started(self.pipeline, self.run_dir)
@@ -209,9 +246,8 @@ class Runner:
         return result
 
     def _setup_logging(self) -> None:
-        logs = self.run_dir / "logs"
-        logs.mkdir(exist_ok=True)
-        handler = logging.FileHandler(logs / "run.log", encoding="utf-8", errors="backslashreplace")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.log_path, encoding="utf-8", errors="backslashreplace")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         root = logging.getLogger("trajsynth")
         for h in list(root.handlers):
@@ -224,15 +260,15 @@ class Runner:
 
     def _load_manifest(self) -> RunManifest:
         spec = self.pipeline.spec
-        if self.manifest_path.exists() and not self.force:
-            manifest = RunManifest.load(self.manifest_path)
+        old = RunManifest.load(self.manifest_path) if _exists(self.manifest_path) else None
+        if old is not None and not self.force:
+            manifest = old
         else:
-            old = RunManifest.load(self.manifest_path) if self.manifest_path.exists() else None
             now = dt.datetime.now(dt.UTC)
             manifest = RunManifest(
                 pipeline=spec.name,
                 run_id=f"{spec.name}-{now:%Y%m%dT%H%M%S}-{stable_hash(now.isoformat())[:6]}",
-            )
+            ).replaces(old)
             if old is not None:  # keep execution counters across --force
                 for sid, st in old.stages.items():
                     manifest.stages[sid] = StageState(uses=st.uses, executions=st.executions)
@@ -304,26 +340,28 @@ class Runner:
         """What of the stage's committed files changed on disk since it finished (None when
         nothing did): a file missing, resized, or a shard overwritten with other content of
         the same size (its content fingerprint differs from the recorded one)."""
-        art = self.artifacts_dir(sid)
+        art = self.artifacts_dir(sid, stored=True)
         for rel, size in state.artifact_files.items():
             p = art / rel
-            if not p.exists():
+            found_size = _size(p)
+            if found_size is None:
                 return f"artifact {self._shown(p)} is missing"
-            if p.stat().st_size != size:
+            if found_size != size:
                 return (
                     f"artifact {self._shown(p)} changed on disk "
-                    f"({p.stat().st_size:,} bytes, recorded {size:,})"
+                    f"({found_size:,} bytes, recorded {size:,})"
                 )
         for name, out in state.outputs.items():
             folder = output_dir(self.stage_dir(sid), name)
             for shard in out.shards:
                 p = folder / shard.file
-                if not p.exists():
+                found_size = _size(p)
+                if found_size is None:
                     return f"shard {self._shown(p)} is missing"
-                if p.stat().st_size != shard.bytes:
+                if found_size != shard.bytes:
                     return (
                         f"shard {self._shown(p)} changed on disk "
-                        f"({p.stat().st_size:,} bytes, recorded {shard.bytes:,})"
+                        f"({found_size:,} bytes, recorded {shard.bytes:,})"
                     )
                 found = fingerprint_of(p)
                 if found != shard.fingerprint:
@@ -337,7 +375,7 @@ class Runner:
         """``path`` relative to the run folder (as the user finds it there)."""
         try:
             return str(path.relative_to(self.run_dir))
-        except ValueError:
+        except (ValueError, TypeError):  # elsewhere, or an object-storage path
             return str(path)
 
     def _why_rerun(
@@ -438,7 +476,7 @@ class Runner:
             cache_dir=self.pipeline.spec.defaults.cache_dir or str(self.run_dir / "cache"),
             artifacts_dir=str(self.artifacts_dir(sid)),
             run_dir=str(self.run_dir),
-            artifacts_in={n: str(self.artifacts_dir(n)) for n in rs.needs},
+            artifacts_in={n: str(self.artifacts_dir(n, stored=True)) for n in rs.needs},
             iteration=rs.iteration,
         )
         started = time.perf_counter()
@@ -471,9 +509,7 @@ class Runner:
             log.error("stage %s failed:\n%s", sid, traceback.format_exc())
             message = f"stage {sid!r} ({rs.step.uses}) failed: {type(exc).__name__}: {exc}"
             self._fail(state, manifest, message, started)
-            raise StageFailed(
-                message, hint=f"traceback in {self.run_dir / 'logs' / 'run.log'}"
-            ) from exc
+            raise StageFailed(message, hint=f"traceback in {self.log_path}") from exc
         too_many = self._infra_check(rs, state, counted_before, total_in)
         if too_many is not None:
             self._uncommit_lost(rs, state, metrics_before)
@@ -489,11 +525,18 @@ class Runner:
         too_few = _too_few_rows(rs, cls.kind, state, counted_before)
         if too_few is not None:
             self._fail(state, manifest, too_few, started)
-            raise StageFailed(too_few, hint=f"details in {self.run_dir / 'logs' / 'run.log'}")
+            raise StageFailed(too_few, hint=f"details in {self.log_path}")
         if cls.makes_artifact:
             state.artifact_files, state.artifact_fingerprint = _fingerprint_dir(
                 self.artifacts_dir(sid)
             )
+            if self.remote:  # the bucket keeps them; this machine's copy is a cache
+                remove_tree(self.artifacts_dir(sid, stored=True))
+                upload_dir(self.artifacts_dir(sid), self.artifacts_dir(sid, stored=True))
+        if self.remote:
+            from ..llm.cache import sync_remote_caches
+
+            sync_remote_caches()
         state.status = "done"
         state.seconds += time.perf_counter() - started
         state.finished_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -558,7 +601,7 @@ class Runner:
                 out = state.outputs.get(name)
                 if out is not None:
                     out.shards = [s for s in out.shards if s.file != file]
-                (output_dir(base, name) / file).unlink(missing_ok=True)
+                remove(output_dir(base, name) / file)
             back = {k: -v for k, v in metrics.get("counters", {}).items()}
             state.metrics = Metrics.merge(state.metrics, {"counters": back})
 
@@ -575,13 +618,13 @@ class Runner:
         base = self.stage_dir(sid)
         for name in output_names(outputs):
             folder = output_dir(base, name)
-            if folder.is_dir():
-                for p in folder.glob("part-*.parquet"):
-                    p.unlink()
-                clean_tmp(folder)
-        art = self.artifacts_dir(sid)
-        if not keep_artifacts and art.is_dir():
-            shutil.rmtree(art)
+            for file in list_names(folder, "part-*.parquet"):
+                remove(folder / file)
+            clean_tmp(folder)
+        if not keep_artifacts:
+            remove_tree(self.artifacts_dir(sid))
+            if self.remote:
+                remove_tree(self.artifacts_dir(sid, stored=True))
 
     def _ensure_outputs(self, sid: str, state: StageState, outputs: tuple[str, ...]) -> None:
         """Give every declared output that got no rows one empty shard, so an empty result
@@ -597,13 +640,11 @@ class Runner:
         base = self.stage_dir(sid)
         for name in output_names(outputs):
             folder = output_dir(base, name)
-            if not folder.is_dir():
-                continue
             clean_tmp(folder)
             committed = {s.file for s in (state.outputs.get(name) or OutputState()).shards}
-            for p in folder.glob("part-*.parquet"):
-                if p.name not in committed:
-                    p.unlink()
+            for file in list_names(folder, "part-*.parquet"):
+                if file not in committed:
+                    remove(folder / file)
 
     # -- map stages: one unit per input shard, run by the executor ----------------------------
     def _execute_map(
@@ -642,7 +683,7 @@ class Runner:
                     )
                 index += 1
         done_rows = sum(_rows_of(p) for _, paths in inputs for p in paths) - sum(
-            _rows_of(Path(t.input_path)) for t in tasks
+            _rows_of(as_path(t.input_path)) for t in tasks
         )
         if done_rows:
             self.reporter.advance(rs.id, done_rows)
@@ -708,19 +749,23 @@ class Runner:
                             self.reporter.advance(rs.id, b.num_rows)
                         yield b
 
-        spill = self.run_dir / ".spill" / rs.id
+        # spill files live in the run folder, which every worker (and Ray node) sees; a run
+        # on object storage spills to this machine's scratch when no other machine reads them
+        shared = not self.remote or self.executor.name == "ray"
+        spill = (self.run_dir if shared else self.scratch) / ".spill" / rs.id
         try:
             if isinstance(stage, StreamingGlobalStage):
-                # passes over the shards, per-shard work through the executor; spill files
-                # live in the run folder, which every worker (and Ray node) sees
-                shutil.rmtree(spill, ignore_errors=True)
-                spill.mkdir(parents=True)
+                # passes over the shards, per-shard work through the executor
+                remove_tree(spill)
+                if not is_url(spill):
+                    spill.mkdir(parents=True)
                 paths = [p for _, ps in inputs for p in ps]
                 shard_set = ShardSet(
                     shards=[ShardReader(str(p), self._check_of(p)) for p in paths],
                     rows=[_rows_of(p) for p in paths],
                     spill_dir=spill,
                     mapper=self.executor.map,
+                    inputs=[str(ref) for ref, ps in inputs for _ in ps],
                 )
                 produced = stage.process_shards(shard_set, ctx)
             else:
@@ -740,8 +785,8 @@ class Runner:
         finally:
             stage.teardown()
             ctx.close_envs()
-            shutil.rmtree(spill, ignore_errors=True)
-            if spill.parent.is_dir() and not any(spill.parent.iterdir()):
+            remove_tree(spill)
+            if not is_url(spill) and spill.parent.is_dir() and not any(spill.parent.iterdir()):
                 spill.parent.rmdir()
         state.metrics = Metrics.merge(state.metrics, ctx.metrics.snapshot())
 
@@ -798,6 +843,18 @@ def _fingerprint_dir(folder: Path) -> tuple[dict[str, int], str]:
     return files, stable_hash(digests)
 
 
+def _exists(path: Path) -> bool:
+    return _size(path) is not None
+
+
+def _size(path: Path) -> int | None:
+    """The file's size, None when it does not exist (a local path or an object)."""
+    try:
+        return size_of(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def _without_secrets(roles: dict[str, dict]) -> dict[str, dict]:
     """LLM role settings minus API keys (which must not reach the manifest, even hashed)."""
     return {
@@ -832,7 +889,7 @@ def run_pipeline(
     )
     return Runner(
         resolved,
-        run_dir=Path(out) if out else None,
+        run_dir=as_path(out) if out else None,
         force=force,
         reporter=reporter,
         executor=executor,

@@ -25,7 +25,6 @@ them; this stage is the check on whatever rows reach training, from any source.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +33,7 @@ from pydantic import Field
 
 from ..core.batch import to_records
 from ..core.errors import ConfigError
+from ..core.location import put_file
 from ..train.bfcl import (
     DEFAULT_CATEGORIES,
     BfclConfig,
@@ -165,7 +165,7 @@ class EvalBfcl(GlobalStage[EvalBfclConfig]):
         text = json.dumps(out, indent=2)
         (ctx.artifacts_dir / "bfcl.json").write_text(text)
         if cfg.copy_to_run:
-            shutil.copyfile(ctx.artifacts_dir / "bfcl.json", ctx.run_dir / "bfcl.json")
+            put_file(ctx.artifacts_dir / "bfcl.json", ctx.run_dir / "bfcl.json")
         ctx.log.info("eval_bfcl: %s", text)
         yield from ()
 

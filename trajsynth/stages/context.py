@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.ids import seed_from
+from ..core.location import as_path, is_url, local_copy
 
 if TYPE_CHECKING:
     from ..envs.factory import EnvFactory
@@ -269,24 +270,31 @@ class Context:
 
     @property
     def run_dir(self) -> Path:
-        """The run's folder (where the manifest is), for files meant for the whole run."""
+        """The run's folder (where the manifest is), for files meant for the whole run: a
+        local path, or a URL path (``upath.UPath``) for a run on object storage (write to it
+        with ``trajsynth.core.location.put_bytes``)."""
         if not self.spec.run_dir:
             raise RuntimeError("this context has no run folder (not run by the runner)")
-        return Path(self.spec.run_dir)
+        return as_path(self.spec.run_dir)
 
     def needed_artifacts(self) -> list[Path]:
-        """Artifact folders of the stages named in this stage's ``needs:``, in order."""
-        return [Path(p) for p in self.spec.artifacts_in.values()]
+        """Artifact folders of the stages named in this stage's ``needs:``, in order (always
+        local folders: those of a run on object storage are copied to this machine first)."""
+        return [self.artifact(sid) for sid in self.spec.artifacts_in]
 
     def artifact(self, stage_id: str) -> Path:
-        """The artifact folder of needed stage ``stage_id``."""
+        """The artifact folder of needed stage ``stage_id`` (a local folder)."""
         try:
-            return Path(self.spec.artifacts_in[stage_id])
+            where = self.spec.artifacts_in[stage_id]
         except KeyError:
             raise KeyError(
                 f"stage {self.stage_id!r} does not need {stage_id!r} "
                 f"(needs: {list(self.spec.artifacts_in)})"
             ) from None
+        if not is_url(where):
+            return Path(where)
+        with self._lock:
+            return local_copy(where)
 
     # -- async ----------------------------------------------------------------------------
     def run(self, coro: Awaitable[T]) -> T:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from ..core.errors import ConfigError
+from ..core.location import load_array, save_array
 from ..quality.columns import action_skeletons, hash_strings, tokens
 from ..quality.dedup import (
     EXACT,
@@ -100,6 +101,12 @@ class DedupConfig(StageConfig):
         description="Cosine similarity at or above which rows are semantic duplicates.",
     )
     chunk_rows: int = Field(50_000, ge=1, description="Rows per yielded batch.")
+    against: list[str] = Field(
+        default_factory=list,
+        description="Inputs of this stage (as `from:` names them: earlier runs' shards) to "
+        "dedup against: a row that duplicates one of theirs is dropped, and their own rows "
+        "are never written, so a task already trained on is not trained again.",
+    )
 
 
 @register
@@ -114,11 +121,15 @@ class Dedup(StreamingGlobalStage[DedupConfig]):
         if n == 0:
             return
         seed = 1 + ctx.seed
+        earlier = self._earlier_rows(shards)
         if cfg.semantic:
+            if earlier.any():
+                raise ConfigError("dedup: `against` works with exact and near dedup, not semantic")
             keep, counts, info, seconds = self._in_memory(shards, seed)
         else:
-            keep, counts, info, seconds = self._streaming(shards, seed)
-        # 6) survivors, in input order
+            keep, counts, info, seconds = self._streaming(shards, seed, earlier)
+        # 6) survivors, in input order (rows of earlier runs are never written)
+        keep &= ~earlier
         for i, (start, end) in enumerate(zip(shards.offsets, shards.offsets[1:], strict=False)):
             mask = keep[start:end]
             if mask.any():
@@ -131,9 +142,30 @@ class Dedup(StreamingGlobalStage[DedupConfig]):
         ctx.metrics.set("lsh", info)
         ctx.metrics.set("seconds", {k: round(v, 3) for k, v in seconds.items()})
 
-    def _streaming(self, shards: ShardSet, seed: int) -> tuple[np.ndarray, dict, dict, dict]:
+    def _earlier_rows(self, shards: ShardSet) -> np.ndarray:
+        """Per row: does it come from an input named in ``against`` (an earlier run)?"""
+        earlier = np.zeros(shards.total_rows, dtype=bool)
+        if not self.config.against:
+            return earlier
+        known = set(shards.inputs)
+        missing = [a for a in self.config.against if a not in known]
+        if missing:
+            raise ConfigError(
+                f"dedup: against {missing} names no input of this stage (inputs: {sorted(known)})",
+                hint="list the earlier runs' shards in `from:` too, and name them in `against`",
+            )
+        for i, name in enumerate(shards.inputs):
+            if name in self.config.against:
+                earlier[shards.offsets[i] : shards.offsets[i + 1]] = True
+        return earlier
+
+    def _streaming(
+        self, shards: ShardSet, seed: int, earlier: np.ndarray | None = None
+    ) -> tuple[np.ndarray, dict, dict, dict]:
         cfg = self.config
         n = shards.total_rows
+        if earlier is None:
+            earlier = np.zeros(n, dtype=bool)
         spill = str(shards.spill_dir)
         bands, rows = optimal_bands(cfg.threshold, cfg.num_perm)
         seconds: dict[str, float] = {}
@@ -154,6 +186,7 @@ class Dedup(StreamingGlobalStage[DedupConfig]):
             [shards.read(i, ["id"]).column("id").combine_chunks() for i in range(len(shards))]
         )
         rank = priority_rank(ids, quality)
+        rank[earlier] -= n  # an earlier run's row outranks every new one: it is the survivor
         del ids, quality
         reason = np.zeros(n, dtype=np.int8)
         if exact_key is not None:
@@ -166,8 +199,8 @@ class Dedup(StreamingGlobalStage[DedupConfig]):
             t0 = time.perf_counter()
             alive = np.flatnonzero(reason == KEEP)
             sub_rank = rank[alive]
-            np.save(Path(spill) / "alive.npy", alive)
-            np.save(Path(spill) / "rank.npy", sub_rank)
+            save_array(spill, "alive.npy", alive)
+            save_array(spill, "rank.npy", sub_rank)
             found = shards.map(_band_pairs, [(spill, b, len(shards)) for b in range(bands)])
             cand = unique_pairs(found, len(alive))
             del found
@@ -175,7 +208,9 @@ class Dedup(StreamingGlobalStage[DedupConfig]):
             # 4) verify the candidates
             t0 = time.perf_counter()
             edges, verified = self._verify(shards, alive, cand, seed)
-            # 5) survivors per component
+            # 5) survivors per component (earlier runs' rows all stand: none drops another)
+            if earlier.any() and len(edges):
+                edges = edges[~(earlier[alive[edges[:, 0]]] & earlier[alive[edges[:, 1]]])]
             local_dup = greedy_survivors(len(alive), edges, sub_rank)
             reason[alive[local_dup >= 0]] = NEAR
             seconds["verify"] = time.perf_counter() - t0
@@ -186,13 +221,16 @@ class Dedup(StreamingGlobalStage[DedupConfig]):
                 verified=verified,
                 near_pairs=len(edges),
             )
+        new = reason[~earlier]
         counts = {
-            "rows": n,
-            "kept": int(np.sum(reason == KEEP)),
-            "exact_duplicates": int(np.sum(reason == EXACT)),
-            "near_duplicates": int(np.sum(reason == NEAR)),
+            "rows": len(new),
+            "kept": int(np.sum(new == KEEP)),
+            "exact_duplicates": int(np.sum(new == EXACT)),
+            "near_duplicates": int(np.sum(new == NEAR)),
             "semantic_duplicates": 0,
         }
+        if earlier.any():
+            counts["earlier_rows"] = int(earlier.sum())
         return reason == KEEP, counts, info, seconds
 
     def _verify(
@@ -307,7 +345,7 @@ def _sketch(
             quality = np.full(t.num_rows, np.nan)
     if t.num_rows == 0:
         if near:
-            np.save(Path(spill) / f"bands-{index:05d}.npy", np.zeros((bands, 0), np.uint64))
+            save_array(spill, f"bands-{index:05d}.npy", np.zeros((bands, 0), np.uint64))
         return quality, np.zeros((0, 2), np.uint64) if exact else None
     goal_tokens, names, name_offsets = _features(t)
     key = None
@@ -317,18 +355,17 @@ def _sketch(
     if near:
         sets = shingles(goal_tokens, (names, name_offsets), k=shingle_size)
         sig = minhash_signatures(sets, num_perm, seed=seed)
-        np.save(Path(spill) / f"bands-{index:05d}.npy", band_keys(sig, bands, rows))
+        save_array(spill, f"bands-{index:05d}.npy", band_keys(sig, bands, rows))
     return quality, key
 
 
 def _band_pairs(spill: str, band: int, shard_count: int) -> np.ndarray:
     """Step 3 for one band: candidate pairs (alive-local indices) of the rows still kept."""
-    folder = Path(spill)
     key = np.concatenate(
-        [np.load(folder / f"bands-{i:05d}.npy", mmap_mode="r")[band] for i in range(shard_count)]
+        [load_array(spill, f"bands-{i:05d}.npy", mmap=True)[band] for i in range(shard_count)]
     )
-    alive = np.load(folder / "alive.npy")
-    rank = np.load(folder / "rank.npy")
+    alive = load_array(spill, "alive.npy")
+    rank = load_array(spill, "rank.npy")
     return bucket_pairs(key[alive], rank, max_bucket=_MAX_BUCKET)
 
 

@@ -20,6 +20,20 @@ For each task row:
    ground truth (format → execution → final state → outputs → call match), the outline, the
    persona and the actor in ``extra``.
 
+Two forms, by ``outline_to``:
+
+- ``user`` (the default, LoopTool's planner → user form): the outline goes to the user only
+  and names no tool; the actor never sees it;
+- ``actor`` (the director–actor form of the data-synthesis literature: the director's plan
+  goes to the actor, which "fills in the details"): the director plans each turn's need *and*
+  the tools the assistant should use for it (``{"turn", "type", "need", "tools": [...]}``;
+  an outline naming a tool the task does not offer is rejected); the user still plays the
+  needs, and every actor gets the plan in its system prompt. Each row records whether its
+  actor followed the plan (``extra["outline_followed"]``: every planned tool called, in the
+  planned order; ``extra["outline_tools_called"]``: the share of planned tools it called),
+  and the stage counts ``outline.planned`` and ``outline.followed`` — how often the actor
+  followed its outline.
+
 The simulated roles read the task's ground truth from the request metadata (the simulator
 cannot read prompts); real models read the prompts, in which the ground truth never appears.
 """
@@ -47,7 +61,15 @@ from .context import Context
 from .kinds import Emit, StageConfig
 from .registry import register
 
-__all__ = ["DIRECTOR_PROMPT", "ActorSpec", "DirectorActor", "DirectorActorConfig"]
+__all__ = [
+    "ACTOR_DIRECTOR_PROMPT",
+    "DIRECTOR_PROMPT",
+    "ActorSpec",
+    "DirectorActor",
+    "DirectorActorConfig",
+    "outline_adherence",
+    "plan_text",
+]
 
 
 DIRECTOR_PROMPT = """You plan a conversation between a user and an AI assistant that can use \
@@ -60,6 +82,24 @@ need must take several tools. Answer with JSON only: \
 
 Tools:
 {tools}"""
+
+#: the director's prompt when the outline goes to the actor: needs and the tools for each
+ACTOR_DIRECTOR_PROMPT = """You plan a conversation between a user and an AI assistant that can \
+use the tools listed below; your plan is given to the ASSISTANT, who follows it and fills in \
+the details. Write exactly {n} turns. For each turn give what the user needs and the tools \
+the assistant should call for it, in order (an empty list when no tool is needed), labelled \
+tool_call, non_tool, chit_chat or clarify (the user leaves out a detail the assistant must \
+ask for). Adjacent turns must be related, and at least one need must take several tools. \
+Answer with JSON only: \
+{{"turns": [{{"turn": 1, "type": "tool_call", "need": "...", "tools": ["..."]}}, ...]}}
+
+Tools:
+{tools}"""
+
+PLAN_HEADER = (
+    "The conversation's plan, from the director: follow it, turn by turn, filling in the "
+    "details (the exact arguments come from the user and from the tools' results)."
+)
 
 KINDS = ("tool_call", "non_tool", "chit_chat", "clarify")
 
@@ -85,6 +125,12 @@ class DirectorActorConfig(StageConfig):
     personas: list[str] = Field(
         default_factory=lambda: ["busy professional", "student", "retiree", "developer"],
         description="User personas, one drawn per conversation.",
+    )
+    outline_to: Literal["user", "actor"] = Field(
+        "user",
+        description="Who gets the director's outline: the user only (LoopTool's planner → "
+        "user form; the outline names no tool) or also the actor (the director–actor form: "
+        "needs and the tools per turn, a plan the actor follows).",
     )
     call_match: Literal["contains", "exact", "off"] = Field(
         "contains", description="Verifier's call-match layer (with ground truth)."
@@ -141,9 +187,13 @@ class DirectorActor(RolloutStage[DirectorActorConfig]):
         meta: dict[str, Any] = {"role": cfg.director_role, "num_turns": n}
         if gt is not None:
             meta["ground_truth"] = sim_task(gt)
+        prompt = DIRECTOR_PROMPT
+        if cfg.outline_to == "actor":
+            meta["plan_for"] = "actor"
+            prompt = ACTOR_DIRECTOR_PROMPT
         result = await ctx.llm(cfg.director_role).chat(
             [
-                Message(role="system", content=DIRECTOR_PROMPT.format(n=n, tools=described)),
+                Message(role="system", content=prompt.format(n=n, tools=described)),
                 Message(role="user", content=f"Domain: {row.domain}. Plan the conversation."),
             ],
             row.tools,
@@ -154,7 +204,9 @@ class DirectorActor(RolloutStage[DirectorActorConfig]):
             result.raise_for_infra()
             return None
         return _read_outline(
-            result.choices[0].message.content, [t["function"]["name"] for t in row.tools]
+            result.choices[0].message.content,
+            [t["function"]["name"] for t in row.tools],
+            plan=cfg.outline_to == "actor",
         )
 
     async def act(
@@ -180,6 +232,8 @@ class DirectorActor(RolloutStage[DirectorActorConfig]):
             temperature=actor.temperature,
         )  # fmt: skip
         env = make_env(ctx, row, gt)
+        if cfg.outline_to == "actor":
+            system = f"{system}\n\n{plan_text(outline)}"
         try:
             result = await run_episode(
                 task, env, policy, tools=row.tools, system=system, user=user,
@@ -195,6 +249,12 @@ class DirectorActor(RolloutStage[DirectorActorConfig]):
         # 3) the row
         verdict = verify_episode(result, gt, row.tools, call_match=cfg.call_match) if gt else None
         ctx.metrics.inc("conversations")
+        followed: dict[str, Any] = {}
+        if cfg.outline_to == "actor":
+            called = [c.name for m in result.messages for c in m.tool_calls]
+            followed = outline_adherence(outline, called)
+            ctx.metrics.inc("outline.planned")
+            ctx.metrics.inc("outline.followed", int(followed["outline_followed"]))
         if verdict is not None:
             ctx.metrics.inc("passed" if verdict.ok else f"rejected.{verdict.layer}")
         return episode_row(
@@ -210,13 +270,39 @@ class DirectorActor(RolloutStage[DirectorActorConfig]):
                 "persona": persona,
                 "actor": actor.model_dump(),
                 "user_turns": sum(1 for m in result.messages if m.role == "user"),
+                "outline_to": cfg.outline_to,
+                **followed,
             },
             goal=next((m.content or "" for m in result.messages if m.role == "user"), row.goal),
         )
 
 
-def _read_outline(content: str | None, tool_names: list[str]) -> list[dict[str, Any]] | None:
-    """The director's turns, or None when they cannot be read or name a tool."""
+def plan_text(outline: list[dict[str, Any]]) -> str:
+    """The outline as the actor reads it in its system prompt."""
+    lines = [PLAN_HEADER]
+    for t in outline:
+        tools = t.get("tools") or []
+        use = f" — use: {', '.join(tools)}" if tools else " — no tool"
+        lines.append(f"{t['turn']}. [{t['type']}] {t['need']}{use}")
+    return "\n".join(lines)
+
+
+def outline_adherence(outline: list[dict[str, Any]], called: list[str]) -> dict[str, Any]:
+    """Did the actor follow its plan? ``outline_followed``: every planned tool was called, in
+    the planned order (other calls between them allowed); ``outline_tools_called``: the share
+    of the planned tools it called at all (1.0 for a plan without tools)."""
+    planned = [name for t in outline for name in t.get("tools") or []]
+    it = iter(called)
+    in_order = all(any(c == name for c in it) for name in planned)
+    share = sum(1 for n in planned if n in called) / len(planned) if planned else 1.0
+    return {"outline_followed": in_order, "outline_tools_called": round(share, 4)}
+
+
+def _read_outline(
+    content: str | None, tool_names: list[str], *, plan: bool = False
+) -> list[dict[str, Any]] | None:
+    """The director's turns, or None when they cannot be read or (a user's outline) name a
+    tool; a plan for the actor (``plan``) lists each turn's ``tools``, which must be offered."""
     text = content or ""
     try:
         data = json.loads(text[text.find("{") : text.rfind("}") + 1])
@@ -232,6 +318,12 @@ def _read_outline(content: str | None, tool_names: list[str]) -> list[dict[str, 
         kind = str(t.get("type", "tool_call"))
         if kind not in KINDS:
             return None
+        if plan:
+            tools = t.get("tools", [])
+            if not isinstance(tools, list) or any(n not in tool_names for n in tools):
+                return None
+            out.append({"turn": i + 1, "type": kind, "need": t["need"], "tools": list(tools)})
+            continue
         for name in tool_names:
             if len(name) > 2 and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", t["need"]):
                 return None

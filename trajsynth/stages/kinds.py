@@ -366,6 +366,8 @@ class ShardSet:
     rows: list[int]
     spill_dir: Path
     mapper: Mapper | None = None
+    #: the input (as its stage's ``from:`` names it) each shard comes from ([]: not known)
+    inputs: list[str] = field(default_factory=list)
     offsets: list[int] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -22,7 +22,6 @@ it are the initial seed data).
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from ..core.batch import to_records
+from ..core.location import put_file
 from ..core.schema import Trajectory
 from .common.looptool import ORIGINS
 from .context import Context
@@ -315,7 +315,7 @@ class LoopToolReport(GlobalStage[LoopToolReportConfig]):
                 ctx.log.warning("matplotlib is not installed: no report.png")
         if cfg.copy_to_run:
             for name in files:
-                shutil.copyfile(folder / name, ctx.run_dir / name)
+                put_file(folder / name, ctx.run_dir / name)  # a bucket URL too
         ctx.metrics.set("weak_capabilities", report["weak_capabilities"])
         for it in report["iterations"]:
             ctx.metrics.set(f"student.{it['iteration']}", it["student"].get("overall"))

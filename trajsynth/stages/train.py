@@ -122,11 +122,28 @@ class TrainGRPO(GlobalStage[TrainGRPOConfig]):
         grpo = GRPOConfig.model_validate(
             {"seed": ctx.seed, **cfg.grpo, **({"model": str(needed[-1])} if needed else {})}
         )
-        # 3) train
-        result = train_grpo(tasks, ctx.artifacts_dir, grpo)
+        # 3) train (rows of the run's own domains — search collections, imported toolsets —
+        # are played in the run's environments)
+        result = train_grpo(tasks, ctx.artifacts_dir, grpo, make_env=_run_envs(tasks, ctx))
         # 4) figures
         ctx.metrics.set("iterations", result.iterations)
         ctx.metrics.set("seconds", result.seconds)
         if result.history:
             ctx.metrics.set("last", result.history[-1])
         yield from ()
+
+
+def _run_envs(tasks: list[Any], ctx: Context) -> Any:
+    """``row → environment`` from the run's env settings when a task's domain is not a
+    built-in one (None: the trainer's own maker of built-in domains)."""
+    from ..core.task import GroundTruth
+    from ..envs.domains import BUILTIN_DOMAINS
+
+    if all(t.domain in BUILTIN_DOMAINS for t in tasks):
+        return None
+
+    def make(row: Any) -> Any:
+        gt = GroundTruth.from_json(row.ground_truth) or GroundTruth()
+        return ctx.envs.make(row.domain, seed=gt.env_seed, initial_state=gt.initial_state)
+
+    return make

@@ -65,11 +65,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..core.errors import ConfigError, EndpointError
+from ..core.errors import ConfigError
 from ..core.prompts import conversation_text
-from ..core.schema import Judge, ToolCall, Trajectory
+from ..core.schema import Judge, Trajectory
 from ..core.task import GroundTruth
 from ..quality.trace import parse_trace
+from .common.replay import final_state_holds, replay_calls
 from .context import Context
 from .kinds import Emit, RowStage, StageConfig
 from .registry import register
@@ -143,13 +144,6 @@ class _Outcome:
         if decides:
             self.deciding.append((layer, ok, reason))
         return ok
-
-
-def _same_observation(recorded: str, replayed: str) -> bool:
-    """Equal, as text or as JSON, but for volatile parts (times, minted ids)."""
-    from ..core.volatile import same_result
-
-    return recorded.strip() == replayed.strip() or same_result(recorded, replayed)
 
 
 def _parse_verdict(text: str | None) -> tuple[bool | None, str]:
@@ -266,48 +260,19 @@ class Verify(RowStage[VerifyConfig]):
 
     def _replay(self, row: Trajectory, gt: GroundTruth | None, ctx: Context) -> tuple[bool, str]:
         cfg = self.config
-        trace = parse_trace([m.model_dump() for m in row.messages], row.tools)
-        try:
-            env = ctx.envs.make(
-                row.domain,
-                seed=gt.env_seed if gt else 0,
-                initial_state=gt.initial_state if gt else None,
-            )
-            env.reset(gt)
-            for i, (call, seen) in enumerate(zip(row.calls(), trace.calls, strict=True)):
-                result = env.execute(ToolCall(id=call.id, name=call.name, arguments=call.arguments))
-                if cfg.tool_errors_fail and not result.ok:
-                    return False, f"call {i} {call.name}: {result.category}: {result.error}"
-                if cfg.match_observations and seen.observation is not None:
-                    replayed = env.format_observation(result)
-                    if not _same_observation(seen.observation, replayed):
-                        return False, (
-                            f"call {i} {call.name}: the recorded result differs from the "
-                            f"replayed one ({replayed[:120]!r})"
-                        )
-        except EndpointError:  # a simulated tool's endpoint failed: no replay at all
-            raise
-        except Exception as exc:  # a tool that crashes is an execution failure of this row
-            return False, f"replay raised {type(exc).__name__}: {exc}"
-        return True, ""
+        return replay_calls(
+            row,
+            gt,
+            ctx.envs,
+            tool_errors_fail=cfg.tool_errors_fail,
+            match_observations=cfg.match_observations,
+        )
 
     @staticmethod
     def _final_state(
         row: Trajectory, gt: GroundTruth, ctx: Context, final_state_match: Any, cfg: VerifyConfig
     ) -> tuple[bool, str]:
-        def make_env() -> Any:
-            return ctx.envs.make(row.domain, seed=gt.env_seed, initial_state=gt.initial_state)
-
-        try:
-            res = final_state_match(row, gt, make_env, use_cached=cfg.use_cached_state)
-        except EndpointError:  # a simulated tool's endpoint failed: no replay at all
-            raise
-        except Exception as exc:
-            return False, f"final-state replay raised {type(exc).__name__}: {exc}"
-        if res.ok:
-            return True, ""
-        what = "; ".join(res.diff.describe()[:3]) if res.diff is not None else ""
-        return False, "final state differs from the gold state" + (f": {what}" if what else "")
+        return final_state_holds(row, gt, ctx.envs, use_cached=cfg.use_cached_state)
 
     @staticmethod
     def _call_match(row: Trajectory, gt: GroundTruth, mode: str) -> tuple[bool, str]:

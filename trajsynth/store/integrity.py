@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import DataError
-from ..core.ids import file_fingerprint
+from ..core.ids import bytes_fingerprint, file_fingerprint
+from ..core.location import as_path, etag_of, is_url, read_bytes, size_of
 
 __all__ = [
     "RACY_S",
@@ -82,9 +83,26 @@ _KNOWN_LOCK = threading.Lock()
 _KNOWN_MAX = 65_536
 
 
+_KNOWN_REMOTE: dict[tuple[str, str], str] = {}
+
+
 def fingerprint_of(path: Path) -> str:
     """``file_fingerprint(path)``, remembered for an unchanged file (see the module
-    docstring)."""
+    docstring); an object on storage is remembered by its URL and version tag (ETag)."""
+    path = as_path(path)
+    if is_url(path):
+        tag = etag_of(path)
+        rkey = (str(path), tag or "")
+        with _KNOWN_LOCK:
+            known = _KNOWN_REMOTE.get(rkey)
+        if known is not None and tag:
+            return known
+        fingerprint = bytes_fingerprint(read_bytes(path))
+        with _KNOWN_LOCK:
+            if len(_KNOWN_REMOTE) >= _KNOWN_MAX:
+                _KNOWN_REMOTE.clear()
+            _KNOWN_REMOTE[rkey] = fingerprint
+        return fingerprint
     st = os.stat(path)
     key = (str(Path(path).resolve()), st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns)
     with _KNOWN_LOCK:
@@ -101,14 +119,22 @@ def fingerprint_of(path: Path) -> str:
     return fingerprint
 
 
-def check_shard(shard: Path, check: ShardCheck | None, *, fingerprint: str | None = None) -> None:
+def check_shard(
+    shard: Path,
+    check: ShardCheck | None,
+    *,
+    fingerprint: str | None = None,
+    size: int | None = None,
+) -> None:
     """Raise :class:`DataError` when ``shard`` is not the file ``check`` describes: another
     size, or (``fingerprint``: its fingerprint when the caller computed it already) another
-    content. ``None``: nothing recorded, nothing to check."""
+    content. ``None``: nothing recorded, nothing to check. ``size``: the size when the
+    caller knows it (the bytes it read)."""
     if check is None:
         return
     problem = None
-    size = shard.stat().st_size
+    if size is None:
+        size = size_of(shard)
     if check.bytes is not None and size != check.bytes:
         problem = f"{size:,} bytes, the run wrote {check.bytes:,}"
     elif check.fingerprint is not None:
@@ -141,20 +167,33 @@ def _records(manifest: dict[str, Any]) -> dict[tuple[str, ...], dict[str, Any]]:
     return out
 
 
-def shard_record(shard: Path, cache: dict[Path, Any] | None = None) -> dict[str, Any] | None:
+def shard_record(shard: Path, cache: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The manifest record of ``shard`` ({file, rows, bytes, fingerprint}), or None."""
     cache = {} if cache is None else cache
-    shard = shard.resolve()
-    for up in (shard.parent, shard.parent.parent, shard.parent.parent.parent):
+    remote = is_url(shard)
+    shard = as_path(shard) if remote else Path(shard).resolve()
+    text = str(shard)
+    for depth in (1, 2, 3):
+        up = shard
+        for _ in range(depth):
+            up = up.parent
         path = up / _MANIFEST
-        if path not in cache:
+        key = str(path)
+        if key not in cache:
             try:
-                cache[path] = _records(json.loads(path.read_text())) if path.is_file() else None
+                cache[key] = _records(json.loads(read_bytes(path)))
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                cache[key] = None
             except (OSError, ValueError, AttributeError, TypeError):
-                cache[path] = None  # an unreadable manifest is reported by whoever loads it
-        records = cache[path]
+                cache[key] = None  # an unreadable manifest is reported by whoever loads it
+        records = cache[key]
         if records:
-            rec = records.get(shard.relative_to(up).parts)
+            rel = (
+                tuple(text[len(str(up)) :].strip("/").split("/"))
+                if remote
+                else shard.relative_to(up).parts
+            )
+            rec = records.get(rel)
             if rec is not None:
                 return rec
     return None
@@ -163,11 +202,12 @@ def shard_record(shard: Path, cache: dict[Path, Any] | None = None) -> dict[str,
 def shard_checks(shards: Iterable[str | Path]) -> dict[Path, ShardCheck | None]:
     """Each shard's :class:`ShardCheck` from the manifest that describes it (None for a
     shard no manifest describes); every manifest is read once."""
-    cache: dict[Path, Any] = {}
+    cache: dict[str, Any] = {}
     out: dict[Path, ShardCheck | None] = {}
     for s in shards:
-        rec = shard_record(Path(s), cache)
-        out[Path(s)] = None if rec is None else ShardCheck.of(rec)
+        p = as_path(s)
+        rec = shard_record(p, cache)
+        out[p] = None if rec is None else ShardCheck.of(rec)
     return out
 
 

@@ -5,21 +5,28 @@ and for every stage its cache key, status, committed shards (per named output), 
 offset already done (for resume), metrics and timings. It is rewritten atomically (tmp →
 fsync → rename) after every shard commit, so after a crash it names exactly the shards that
 exist in full; everything else in a stage folder is debris that the resume removes.
+
+On object storage, where nothing is renamed, shards are write-once keys and the manifest is
+committed by a conditional write (``If-Match`` on the version this process last read or
+wrote, :func:`trajsynth.core.location.write_versioned`): a commit is one whole-object PUT
+that readers see entirely or not at all, and a second process writing the same run folder
+is stopped (:class:`~trajsynth.core.errors.ConcurrentCommitError`) instead of overwriting
+commits it never saw. Local files get the same check.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from ..core.errors import DataError
 from ..core.ids import stable_hash
-from .shards import ShardInfo, fsync_dir
+from ..core.location import as_path, is_url, read_versioned, write_versioned
+from .shards import ShardInfo
 
 __all__ = [
     "MANIFEST_NAME",
@@ -114,16 +121,29 @@ class RunManifest(BaseModel):
     #: the check of the run's final output (trajsynth.pipeline.final_output), {} until a
     #: pipeline run finishes
     final_output: dict[str, Any] = Field(default_factory=dict)
+    #: the version of the file this object was read from or last written as (what the next
+    #: save must find there; see the module docstring); None: a new manifest
+    _version: str | None = PrivateAttr(default=None)
 
     @classmethod
     def load(cls, path: Path) -> RunManifest:
         try:
-            return cls.model_validate_json(path.read_text())
+            found = read_versioned(path)
+            if found is None:
+                raise FileNotFoundError(f"no such file: {path}")
+            manifest = cls.model_validate_json(found[0])
         except (OSError, ValueError) as exc:
             raise DataError(
                 f"{path}: unreadable run manifest ({exc})",
                 hint="delete the run folder or pass --force to start over",
             ) from exc
+        manifest._version = found[1]
+        return manifest
+
+    def replaces(self, old: RunManifest | None) -> RunManifest:
+        """Take over the file version of ``old`` (a manifest this one is to replace)."""
+        self._version = old._version if old is not None else self._version
+        return self
 
     def upstream(self, stage_id: str) -> list[str]:
         """``stage_id`` and every stage it reads from, directly or not, in manifest order."""
@@ -138,17 +158,12 @@ class RunManifest(BaseModel):
         return [sid for sid in self.stages if sid in seen]
 
     def save(self, path: Path) -> None:
-        """Atomic write: a crash leaves either the old or the new manifest, never half of one."""
+        """Atomic, conditional write: a crash leaves either the old or the new manifest, never
+        half of one; a file someone else wrote since this object read it is not replaced
+        (:class:`~trajsynth.core.errors.ConcurrentCommitError`)."""
         self.updated_at = _now()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        data = json.dumps(self.model_dump(mode="json"), indent=1)
-        with open(tmp, "w") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        data = json.dumps(self.model_dump(mode="json"), indent=1).encode()
+        self._version = write_versioned(path, data, self._version)
 
 
 def locate_manifest(path: str | Path) -> tuple[Path, str | None] | None:
@@ -159,6 +174,8 @@ def locate_manifest(path: str | Path) -> tuple[Path, str | None] | None:
     stage folder of a pipeline run), or two levels up (a side output, ``<stage>/<output>``).
     Returns ``(manifest.json, stage id or None)``, or None for bare shards.
     """
+    if is_url(path):
+        return _locate_remote(path)
     text = str(path)
     p = Path(text)
     if any(ch in text for ch in "*?[") and not p.exists():
@@ -175,3 +192,27 @@ def locate_manifest(path: str | Path) -> tuple[Path, str | None] | None:
         if (up / MANIFEST_NAME).is_file() and stage in RunManifest.load(up / MANIFEST_NAME).stages:
             return up / MANIFEST_NAME, stage
     return None  # bare shards (or a folder the run next to it did not write)
+
+
+def _locate_remote(path: Any) -> tuple[Any, str | None] | None:
+    """:func:`locate_manifest` for a URL (a key, a folder or a glob on object storage)."""
+    text = str(as_path(path))
+    if any(ch in text for ch in "*?["):
+        text = text[: min(text.index(ch) for ch in "*?[" if ch in text)].rsplit("/", 1)[0]
+    p = as_path(text)
+    folder = p.parent if p.name.endswith(".parquet") else p
+    candidates = [
+        (folder, None),
+        (folder.parent, folder.name),
+        (folder.parent.parent, folder.parent.name),
+    ]
+    for up, stage in candidates:
+        found = read_versioned(up / MANIFEST_NAME)
+        if found is None:
+            continue
+        manifest = RunManifest.model_validate_json(found[0])
+        if stage is None:
+            return up / MANIFEST_NAME, list(manifest.stages)[-1] if manifest.stages else None
+        if stage in manifest.stages:
+            return up / MANIFEST_NAME, stage
+    return None

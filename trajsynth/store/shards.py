@@ -28,14 +28,23 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..core.batch import conform, to_records
 from ..core.errors import DataError, InputNotFoundError, SchemaVersionError
-from ..core.ids import file_fingerprint
+from ..core.ids import bytes_fingerprint, file_fingerprint
+from ..core.location import (
+    as_path,
+    fsync_dir,
+    is_url,
+    list_names,
+    put_bytes,
+    read_bytes,
+    storage_errors,
+)
 from ..core.schema import ARROW_SCHEMA, SCHEMA_VERSION, Trajectory
 from .integrity import ShardCheck, check_shard, fingerprint_of, shard_checks
 from .migrations import MIGRATIONS
@@ -76,20 +85,6 @@ class ShardInfo:
     fingerprint: str
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so that a rename inside it survives a power cut."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_shard(
     table: pa.Table,
     path: Path,
@@ -97,7 +92,17 @@ def write_shard(
     compression: str = DEFAULT_COMPRESSION,
     row_group_rows: int | None = None,
 ) -> ShardInfo:
-    """Atomically write ``table`` (already conformed) to ``path``: tmp → fsync → rename."""
+    """Atomically write ``table`` (already conformed) to ``path``: tmp → fsync → rename; on
+    object storage one write-once PUT (a reader sees the whole object or none, and a key
+    already taken is never replaced)."""
+    path = as_path(path)
+    if is_url(path):
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression=compression, row_group_size=row_group_rows)
+        data = sink.getvalue().to_pybytes()
+        put_bytes(path, data, create_only=True)
+        fingerprint = bytes_fingerprint(data)
+        return ShardInfo(path.name, table.num_rows, len(data), fingerprint)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{path.name}")
     with open(tmp, "wb") as sink:
@@ -119,6 +124,9 @@ def write_shard(
 def clean_tmp(directory: Path) -> int:
     """Remove temporary files a crashed writer left in ``directory``; returns how many."""
     removed = 0
+    if is_url(directory):
+        return 0  # object storage has no temporary files: a PUT is whole or absent
+    directory = Path(directory)
     if directory.is_dir():
         for p in directory.glob(f"{TMP_PREFIX}*"):
             p.unlink(missing_ok=True)
@@ -158,7 +166,7 @@ class ShardWriter:
         files in the folder alone (writers that share a folder and run at once)."""
         if shard_rows is not None and shard_rows <= 0:
             raise ValueError("shard_rows must be positive")
-        self.directory = Path(directory)
+        self.directory = as_path(directory)
         self.shard_rows = shard_rows
         self.next_index = start_index
         self.name_format = name_format
@@ -169,7 +177,8 @@ class ShardWriter:
         self.shards: list[ShardInfo] = []
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not is_url(self.directory):
+            self.directory.mkdir(parents=True, exist_ok=True)
         if clean:
             clean_tmp(self.directory)
 
@@ -224,12 +233,16 @@ class ShardWriter:
 
 
 def list_shards(path: str | Path | Iterable[str | Path]) -> list[Path]:
-    """Resolve a file, a folder, a glob, or several of them into an ordered list of shards."""
-    if not isinstance(path, (str, Path)):
+    """Resolve a file, a folder, a glob, or several of them into an ordered list of shards
+    (on object storage too: ``s3://bucket/run/stage``)."""
+    if not isinstance(path, (str, Path)) and not is_url(path):
         out: list[Path] = []
         for p in path:
             out.extend(list_shards(p))
         return out
+    if is_url(path):
+        return _list_remote(as_path(path))
+    path = as_path(path)
     text = str(path)
     p = Path(text)
     if p.is_file():
@@ -257,8 +270,41 @@ def list_shards(path: str | Path | Iterable[str | Path]) -> list[Path]:
     raise InputNotFoundError(f"{p} does not exist")
 
 
-def _open(path: Path) -> pq.ParquetFile:
+def _list_remote(p: Any) -> list[Any]:
+    """:func:`list_shards` on object storage: a key, a folder (prefix) or a glob."""
+    text = str(p)
+    fs, key = p.fs, p.path
+    with storage_errors(p, "list"):
+        if any(ch in text for ch in "*?["):
+            found = sorted(f for f in fs.glob(key) if f.endswith(".parquet"))
+            if not found:
+                raise InputNotFoundError(f"no Parquet shards match {text}")
+            return [as_path(f"{text.split('://', 1)[0]}://{f}") for f in found]
+        try:
+            info = fs.info(key)
+        except FileNotFoundError:
+            raise InputNotFoundError(f"{text} does not exist") from None
+    if info.get("type") == "file":
+        return [p]
+    names = list_names(p, "part-*.parquet")
+    if not names:
+        names = [n for n in list_names(p, "*.parquet") if not n.startswith(".")]
+    if not names:
+        if list_names(p, "manifest.json"):
+            raise InputNotFoundError(
+                f"{text} is a run folder, not a shard folder", hint="name one of its stage folders"
+            )
+        raise InputNotFoundError(f"{text} holds no Parquet shards")
+    return [p / n for n in names]
+
+
+def _open(path: Path, data: bytes | None = None) -> pq.ParquetFile:
     try:
+        if data is not None:
+            return pq.ParquetFile(pa.BufferReader(data))
+        if is_url(path):
+            with storage_errors(path, "read"):
+                return pq.ParquetFile(path.fs.open(path.path, "rb"))
         return pq.ParquetFile(path, memory_map=True)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise DataError(f"{path}: not a readable Parquet file ({exc})") from exc
@@ -356,13 +402,10 @@ class ShardReader:
 
     @property
     def columns(self) -> list[str]:
-        try:
-            return list(pq.read_schema(self.path).names)
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-            raise DataError(f"{self.path}: not a readable Parquet file ({exc})") from exc
+        return list(_open(as_path(self.path)).schema_arrow.names)
 
     def __call__(self, columns: Sequence[str] | None = None) -> pa.Table:
-        return _read_shard(Path(self.path), columns, self.check)
+        return _read_shard(as_path(self.path), columns, self.check)
 
 
 def _fingerprint_in_thread(shard: Path) -> Future[str]:
@@ -384,15 +427,24 @@ def _read_shard(shard: Path, columns: Sequence[str] | None, check: Check = LOOKU
     """One whole shard (shards are bounded by shard_rows, and a whole read is multi-threaded
     and faster than iter_batches), verified against ``check`` (see :func:`iter_shard`),
     version-checked and migrated where needed. The one function that reads shard data."""
+    shard = as_path(shard)
     if check == LOOKUP:
         check = shard_checks([shard])[shard]
     fingerprint: Future[str] | None = None
-    if check is not None:
+    data: bytes | None = None
+    if is_url(shard):  # one GET; the bytes are checked, then decoded from memory
+        try:
+            data = read_bytes(shard)
+        except FileNotFoundError:
+            raise InputNotFoundError(f"{shard} does not exist") from None
+        if check is not None:
+            check_shard(shard, check, fingerprint=bytes_fingerprint(data), size=len(data))
+    elif check is not None:
         check_shard(shard, ShardCheck(check.bytes, None))  # the size first: no hash needed
         if check.fingerprint is not None:
             fingerprint = _fingerprint_in_thread(shard)
     try:
-        table = _decode(shard, columns)
+        table = _decode(shard, columns, data)
     except BaseException:
         if fingerprint is not None:  # a corrupt shard is said as such, not as bad Parquet
             check_shard(shard, check, fingerprint=fingerprint.result())
@@ -402,8 +454,8 @@ def _read_shard(shard: Path, columns: Sequence[str] | None, check: Check = LOOKU
     return table
 
 
-def _decode(shard: Path, columns: Sequence[str] | None) -> pa.Table:
-    pf = _open(shard)
+def _decode(shard: Path, columns: Sequence[str] | None, data: bytes | None = None) -> pa.Table:
+    pf = _open(shard, data)
     version = _check_version(pf, shard)
     if columns is not None and version == SCHEMA_VERSION:
         missing = [c for c in columns if c not in pf.schema_arrow.names]
@@ -438,7 +490,7 @@ def count_rows(path: str | Path | Iterable[str | Path]) -> int:
 
 def footer_rows(shard: str | Path) -> int:
     """The rows one shard's footer says it holds (``DataError`` for an unreadable file)."""
-    return _open(Path(shard)).metadata.num_rows
+    return _open(as_path(shard)).metadata.num_rows
 
 
 def read_records(path: str | Path | Iterable[str | Path]) -> list[Trajectory]:

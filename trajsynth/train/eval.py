@@ -133,6 +133,12 @@ def score_episode(
         None,
     )
     scores["outputs_match"] = float(required_outputs_present(answer, gt.required_outputs)[0])
+    golds = gt.extra.get("answers") or gt.required_outputs  # a QA task's accepted answers
+    if golds:
+        from ..envs.verifiers import answer_exact_match, answer_f1
+
+        scores["answer_em"] = answer_exact_match(answer, golds)
+        scores["answer_f1"] = answer_f1(answer, golds)
     if make_env is not None:
         from ..envs.verifiers import final_state_match
 
@@ -163,12 +169,16 @@ class RewardConfig(BaseModel):
     """The GRPO reward: LoopTool's binary exact match by default (arXiv:2511.09148), with the
     reference reward's efficiency and format terms (docs/methods.md, "Quality") optional."""
 
-    kind: Literal["exact_match", "call_match", "state_match", "tool_match"] = Field(
+    kind: Literal[
+        "exact_match", "call_match", "state_match", "tool_match", "answer_em", "answer_f1"
+    ] = Field(
         default="exact_match",
         description="exact_match: LoopTool's binary reward (every step's calls equal the "
         "gold as a multiset); call_match: BFCL AST matching; state_match: tau-bench final "
         "state plus required outputs; tool_match: the right tools at every step, arguments "
-        "aside (a denser signal for a student that cannot copy values yet).",
+        "aside (a denser signal for a student that cannot copy values yet); answer_em / "
+        "answer_f1: the final answer (its <answer> span) against a QA task's answers, by "
+        "exact match or token F1 (Search-R1's reward).",
     )
     efficiency: float = Field(
         default=0.0, ge=0, description="λ_eff: R −= λ_eff · turns / max_turns (0: off)."
@@ -185,7 +195,7 @@ def episode_reward(
     if cfg.kind == "state_match":
         task = scores.get("state_match", 0.0) * scores.get("outputs_match", 0.0)
     else:
-        task = scores[cfg.kind]
+        task = scores.get(cfg.kind, 0.0)
     penalty = cfg.efficiency * ep.steps / max_turns
     if ep.format_errors or ep.truncated or ep.error:
         penalty += cfg.format

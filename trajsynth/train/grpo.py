@@ -168,7 +168,7 @@ def score_and_advantages(
             ep.scores.update(scores)
             ep.reward = episode_reward(ep, scores, cfg.reward, cfg.rollout.max_steps)
             kind = cfg.reward.kind if cfg.reward.kind != "state_match" else "call_match"
-            ep.success = scores[kind]
+            ep.success = scores.get(kind, 0.0)
         ep.step_rewards = [0.0] * max(0, ep.steps - 1) + [ep.reward] if ep.steps else []
         groups[ep.row.id].append(ep)
     kept: list[tuple[Rollout, list[float]]] = []

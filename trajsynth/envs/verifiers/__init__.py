@@ -4,10 +4,12 @@ plain data (calls, :class:`~trajsynth.core.GroundTruth`, :class:`~trajsynth.core
 - :mod:`.schema`: a call against the offered tools, one category per kind of error;
 - :mod:`.call_match`: BFCL AST matching and LoopTool's exact-multiset reward;
 - :mod:`.final_state`: tau-bench final-state replay and required outputs;
+- :mod:`.answer`: an answer against gold answers (exact match, token F1), for QA tasks;
 - :mod:`.episode`: APIGen's layered check of a played episode (format → execution → final
   state → outputs → call match), naming the first failing layer.
 """
 
+from .answer import answer_exact_match, answer_f1, extract_answer, normalize_answer
 from .call_match import (
     MatchResult,
     NameMode,
@@ -37,16 +39,20 @@ __all__ = [
     "MatchResult",
     "NameMode",
     "SchemaIssue",
+    "answer_exact_match",
+    "answer_f1",
     "bfcl_check",
     "check_arguments",
     "check_call",
     "check_trajectory",
     "exact_multiset_reward",
+    "extract_answer",
     "final_state_match",
     "match_call",
     "match_multiple",
     "match_parallel",
     "name_mode",
+    "normalize_answer",
     "replay",
     "required_outputs_present",
     "standardize_string",

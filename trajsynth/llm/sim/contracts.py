@@ -240,6 +240,11 @@ class DirectorMeta(_Meta):
     ground_truth: GroundTruth | None = None
     num_turns: int | None = Field(None, ge=1, le=20)
     tools: list[dict[str, Any]] | None = Field(None, description="Overrides request tools.")
+    plan_for: Literal["user", "actor"] = Field(
+        "user",
+        description="actor: a plan for the assistant — each turn also lists the tools to "
+        "call (the gold calls' names in order, or the sampled tools).",
+    )
 
 
 class UserMeta(_Meta):

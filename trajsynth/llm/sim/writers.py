@@ -85,6 +85,8 @@ def direct(
             if i > 0:
                 need = r.choice(_FOLLOW) + lower_first(need)
             turns.append({"turn": i + 1, "type": _KIND_NAMES.get(g.kind, g.kind), "need": need})
+            if meta.plan_for == "actor":
+                turns[-1]["tools"] = [c.name for c in calls] if g.kind != "no_tool" else []
     else:
         names = tools.names
         count = meta.num_turns or r.randint(2, 4)
@@ -97,6 +99,7 @@ def direct(
                     ["tool_call", "non_tool", "chit_chat", "clarify"],
                     weights=[0.6, 0.15, 0.15, 0.1],
                 )[0]
+            picked: list[str] = []
             if kind in ("tool_call", "clarify") and names:
                 k = min(len(names), r.randint(2, 3) if i == complex_at else r.randint(1, 2))
                 picked = r.sample(names, k)
@@ -109,6 +112,8 @@ def direct(
             if i > 0:
                 need = r.choice(_FOLLOW) + lower_first(need)
             turns.append({"turn": i + 1, "type": kind, "need": need})
+            if meta.plan_for == "actor":
+                turns[-1]["tools"] = picked
     return SimOutput(content=json.dumps({"turns": turns}, ensure_ascii=False))
 
 

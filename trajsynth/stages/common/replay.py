@@ -13,7 +13,10 @@ the tool returns *now* and the user's messages are the gold user's. What it offe
 - :func:`message_key`: what makes two sampled messages the same branch of a rollout tree
   (text, reasoning and calls, call ids aside);
 - :func:`step_slices`: for each assistant step of a conversation, the index of its message and
-  the end (exclusive) of the messages that answer it (tool results or the user's reply).
+  the end (exclusive) of the messages that answer it (tool results or the user's reply);
+- :func:`replay_calls`: a row's calls replayed in order in a fresh environment of its domain,
+  each recorded result compared with what the tool returns now (``verify``'s execution layer,
+  ``expire``'s check of rows whose environment changed).
 """
 
 from __future__ import annotations
@@ -22,17 +25,21 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ...core.errors import EndpointError
 from ...core.ids import canonical_json, stable_hash
-from ...core.schema import Message, ToolCall
+from ...core.schema import Message, ToolCall, Trajectory
 from ...core.task import GoldCall, GroundTruth
+from ...core.volatile import same_result
 from ...envs.base import Environment
 from ...envs.episode import Episode, EpisodeLimits, EpisodeResult, is_question
+from ...quality.trace import parse_trace
 
 __all__ = [
     "calls_message",
     "gold_messages",
     "message_key",
     "play_steps",
+    "replay_calls",
     "step_slices",
 ]
 
@@ -120,3 +127,72 @@ async def play_steps(
         await ep.advance(msg)
         played += 1
     return ep.result(), played
+
+
+def same_observation(recorded: str, replayed: str) -> bool:
+    """Whether a recorded tool result is the replayed one (as text, or as the same JSON), but
+    for volatile parts (times, minted ids: :mod:`trajsynth.core.volatile`)."""
+    return recorded.strip() == replayed.strip() or same_result(recorded, replayed)
+
+
+def replay_calls(
+    row: Trajectory,
+    gt: GroundTruth | None,
+    envs: Any,
+    *,
+    tool_errors_fail: bool = False,
+    match_observations: bool = True,
+) -> tuple[bool, str]:
+    """``(holds, why not)``: ``row``'s calls replayed in order in a fresh environment of its
+    domain (``envs``: the stage's ``ctx.envs``), in the task's seed and initial state. It
+    does not hold when a recorded result differs from the replayed one, when (with
+    ``tool_errors_fail``) a call returns an error, or when the replay raises. An endpoint's
+    failure (a simulated tool's LLM) is raised, never a verdict."""
+    trace = parse_trace([m.model_dump() for m in row.messages], row.tools)
+    try:
+        env = envs.make(
+            row.domain,
+            seed=gt.env_seed if gt else 0,
+            initial_state=gt.initial_state if gt else None,
+        )
+        env.reset(gt)
+        for i, (call, seen) in enumerate(zip(row.calls(), trace.calls, strict=True)):
+            result = env.execute(ToolCall(id=call.id, name=call.name, arguments=call.arguments))
+            if tool_errors_fail and not result.ok:
+                return False, f"call {i} {call.name}: {result.category}: {result.error}"
+            if match_observations and seen.observation is not None:
+                replayed = env.format_observation(result)
+                if not same_observation(seen.observation, replayed):
+                    return False, (
+                        f"call {i} {call.name}: the recorded result differs from the "
+                        f"replayed one ({replayed[:120]!r})"
+                    )
+    except EndpointError:  # a simulated tool's endpoint failed: no replay at all
+        raise
+    except Exception as exc:  # a tool that crashes is an execution failure of this row
+        return False, f"replay raised {type(exc).__name__}: {exc}"
+    return True, ""
+
+
+def final_state_holds(
+    row: Trajectory, gt: GroundTruth, envs: Any, *, use_cached: bool = False
+) -> tuple[bool, str]:
+    """``(holds, why not)``: ``row``'s calls and the gold's, each replayed on a fresh
+    environment, end in the same state (tau-bench's check,
+    :func:`~trajsynth.envs.verifiers.final_state_match`); ``use_cached`` trusts the gold's
+    recorded state hash instead of replaying it."""
+    from ...envs.verifiers import final_state_match
+
+    def make_env() -> Any:
+        return envs.make(row.domain, seed=gt.env_seed, initial_state=gt.initial_state)
+
+    try:
+        res = final_state_match(row, gt, make_env, use_cached=use_cached)
+    except EndpointError:  # a simulated tool's endpoint failed: no replay at all
+        raise
+    except Exception as exc:
+        return False, f"final-state replay raised {type(exc).__name__}: {exc}"
+    if res.ok:
+        return True, ""
+    what = "; ".join(res.diff.describe()[:3]) if res.diff is not None else ""
+    return False, "final state differs from the gold state" + (f": {what}" if what else "")

@@ -35,6 +35,7 @@ __all__ = [
     "ROLLOUT_WRITES",
     "RolloutLimits",
     "RolloutStage",
+    "env_version",
     "episode_row",
     "expected_steps",
     "judge_episode",
@@ -171,6 +172,7 @@ def episode_row(
         "task_id": row.task_id,
         "goal": row.goal,
         "domain": row.domain,
+        "env_version": env_version(ctx, row.domain),
         "capabilities": list(row.capabilities),
         "ground_truth": row.ground_truth,
         "tools": row.tools,
@@ -191,7 +193,23 @@ def episode_row(
         **ctx.provenance(method=method, parent_ids=[row.id], generator=generator),
     }
     data.update(columns)
+    if "step_diffs" not in columns:  # each step's state change, when the steps line up
+        diffs = [info.get("state_diff", "[]") for info in result.step_info]
+        steps = sum(1 for m in data["messages"] if _role(m) == "assistant")
+        data["step_diffs"] = diffs if len(diffs) == steps else []
     return Trajectory.model_validate(data)
+
+
+def env_version(ctx: Context, domain: str) -> str:
+    """The version of ``domain``'s environment in this run ('' when it has none)."""
+    try:
+        return ctx.envs.version(domain)
+    except Exception:  # a domain without an environment (imported rows): not recorded
+        return ""
+
+
+def _role(message: Any) -> str | None:
+    return message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
 
 
 def passed_columns(result: EpisodeResult, verdict: EpisodeVerdict) -> dict[str, Any]:
