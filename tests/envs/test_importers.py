@@ -421,3 +421,30 @@ def test_every_real_record_is_imported_or_listed(external_dir: Path) -> None:
     }
     tau = import_tools(external_dir / "tau-bench/airline/tools_openai.json", "bfcl")
     assert (len(tau), len(tau.failures)) == (0, 14)
+
+
+def test_an_mcp_tools_list_keeps_its_read_only_hints(tmp_path: Path) -> None:
+    """A server's tools/list saved as JSON and imported as `openai`: the annotations survive,
+    so the mcp backend (through a `file:` + `tools:` map) still knows which calls only read."""
+    listing = {
+        "tools": [
+            {"name": "read_graph", "description": "Read the graph.",
+             "inputSchema": {"type": "object", "properties": {}},
+             "annotations": {"readOnlyHint": True, "idempotentHint": True}},
+            {"name": "create_entities", "description": "Create entities.",
+             "inputSchema": {"type": "object", "properties": {"names": {"type": "array"}}},
+             "annotations": {"readOnlyHint": False}},
+            {"name": "plain", "inputSchema": {"type": "object", "properties": {}}},
+        ]
+    }  # fmt: skip
+    src = tmp_path / "tools.json"
+    src.write_text(json.dumps(listing))
+    ts = import_tools(src, "openai")
+    assert ts["read_graph"].extra == {
+        "annotations": {"readOnlyHint": True, "idempotentHint": True},
+        "read_only": True,
+    }
+    assert ts["create_entities"].extra["read_only"] is False
+    assert ts["plain"].extra == {}
+    again = Toolset.load(ts.save(tmp_path / "toolset.json"))
+    assert again["read_graph"].extra["read_only"] is True

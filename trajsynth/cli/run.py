@@ -259,7 +259,8 @@ def validate(
 ) -> None:
     """Check a pipeline without running it.
 
-    Checks the stages, their configs, inputs, cycles and the columns each stage reads.
+    Checks the stages, their configs, inputs, cycles and the columns each stage reads, then
+    starts each MCP server it names and lists its tools.
     """
     from ..pipeline.spec import load_pipeline
 
@@ -268,6 +269,22 @@ def validate(
         f"[green]✓[/] {pipeline}: {len(resolved.stages)} stages, order: "
         + " → ".join(resolved.order)
     )
+    from ..envs.factory import EnvConfig
+    from ..envs.mcp import describe_server
+
+    env = EnvConfig.model_validate(resolved.spec.defaults.env or {})
+    for name, tc in env.toolsets.items():
+        if isinstance(tc, str) or tc.mcp is None:
+            continue
+        info = describe_server(tc.mcp, name)
+        ts = info["toolset"]
+        ro = sum(1 for t in ts if t.extra.get("read_only"))
+        console.print(
+            f"[green]✓[/] toolset {name}: MCP server {tc.mcp.where()}: {len(ts)} tools "
+            f"({ro} read-only): {', '.join(ts.names())}; state: "
+            f"{', '.join(info['state']) or 'none'} (isolation {info['isolation']}, reset "
+            f"{info['reset']})"
+        )
 
 
 @app.command("stages", rich_help_panel="Pipelines")

@@ -6,6 +6,8 @@ build their function-signature graph.
     trajsynth tools show toolset.json            # a table of tools; import failures listed
     trajsynth tools show travel --tool book_flight   # a built-in domain; one tool in full
     trajsynth tools graph travel --out graph.json --plot graph.png   # function-signature graph
+    trajsynth tools list 'mcp:uvx mcp-server-time'   # an MCP server's tools (or mcp:<URL>)
+    trajsynth tools import 'mcp:npx -y @modelcontextprotocol/server-memory' --out memory.json
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ if TYPE_CHECKING:  # the envs layer is imported inside the commands (fast `trajs
 
 tools_app = typer.Typer(
     name="tools",
-    help="Import, show and graph tool specifications.",
+    help="Import, list, show and graph tool specifications.",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )
@@ -101,9 +103,49 @@ def imported_or_fail(ts: Toolset, src: Path | str, fmt: str, *, strict: bool = F
         )
 
 
+def _mcp_server(target: str) -> dict:
+    """Start the MCP server ``mcp:<command or URL>``, list its tools, stop it."""
+    from ..envs.mcp import describe_server, parse_target
+
+    return describe_server(parse_target(target), "mcp")
+
+
+@tools_app.command("list")
+def list_(
+    target: Annotated[
+        str, typer.Argument(help="mcp:<command> or mcp:<URL>, a toolset file, or a domain.")
+    ],
+) -> None:
+    """List the tools of an MCP server, a toolset file or a domain.
+
+    An MCP server (mcp:<command or URL>) is started, asked and stopped; its tools are shown
+    with their read-only hints and where the server keeps its state.
+    """
+    if not target.startswith("mcp:"):
+        ts = _load(target)
+        for spec in ts.tools:
+            console.print(f"{spec.name}({_signature(spec)})")
+        return
+    info = _mcp_server(target)
+    ts = info["toolset"]
+    table = Table(
+        title=f"{target[4:]}: {len(ts)} tools, state: {', '.join(info['state']) or 'none'} "
+        f"(isolation {info['isolation']}, reset {info['reset']})",
+        title_justify="left",
+    )
+    table.add_column("tool", style="bold")
+    table.add_column("read-only", justify="center")
+    table.add_column("parameters (? = optional)")
+    table.add_column("description", overflow="fold")
+    for spec in ts.tools:
+        desc = spec.description if len(spec.description) <= 90 else spec.description[:87] + "…"
+        table.add_row(spec.name, "✓" if spec.extra.get("read_only") else "", _signature(spec), desc)
+    console.print(table)
+
+
 @tools_app.command("import")
 def import_(
-    src: Annotated[Path, typer.Argument(help="File or folder of specs.")],
+    src: Annotated[str, typer.Argument(help="File or folder of specs, or mcp:<command or URL>.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="toolset.json to write.")],
     fmt: Annotated[
         ToolFormat | None,
@@ -112,7 +154,7 @@ def import_(
             "-f",
             help="openai (any functions with JSON-schema parameters), bfcl, tau, toolalpaca, "
             "stabletoolbench or apibank. Default: told from the files when only one fits (the "
-            "format assumed is said).",
+            "format assumed is said); not used for mcp:.",
             show_default=False,
         ),
     ] = None,
@@ -125,14 +167,21 @@ def import_(
 
     Specs become OpenAI tools. Each spec not imported, or imported with a change, is listed
     with the reason; the exit is non-zero when nothing was imported (or, with --strict, when
-    anything was dropped).
+    anything was dropped). mcp:<command or URL> starts the server and writes its own tools,
+    read-only hints kept.
     """
     from ..envs.importers import detect_format, import_tools
 
+    if src.startswith("mcp:"):  # the server's own tools, read-only hints kept
+        ts = _mcp_server(src)["toolset"]
+        ts.save(out)
+        console.print(f"[green]✓[/] {len(ts)} tools of the MCP server {src[4:]} → {out}")
+        return
+    path = Path(src)
     if fmt is None:
-        fmt, why = detect_format(src)
+        fmt, why = detect_format(path)
         err_console.print(f"format: {fmt} (detected: {why}); --format chooses another")
-    ts = import_tools(src, fmt)
+    ts = import_tools(path, fmt)
     if not quiet:
         if ts.failures:
             console.print(_issues_table("not imported", ts.failures, _FAILURES_SHOWN))

@@ -7,6 +7,7 @@
   and :func:`json_fields` its object members by name, both depth first in document order.
   Callers choose which values identify something (an argument threaded from an earlier
   output, a value the user stated, a record's fields by name); the walk is shared.
+- :func:`name_tokens` splits a member's or parameter's name into lowercase words.
 - :func:`pattern_search` applies a JSON Schema ``pattern`` to a string under a time limit:
   the pattern comes from a tool's schema, the string from a model, and a backtracking
   pattern on a long string can run for minutes.
@@ -14,6 +15,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,8 +25,21 @@ __all__ = [
     "json_fields",
     "json_leaves",
     "json_type",
+    "name_tokens",
     "pattern_search",
 ]
+
+_NAME_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def name_tokens(name: str) -> list[str]:
+    """The words of a name, lowercase.
+
+    >>> name_tokens("repo_path"), name_tokens("entityType"), name_tokens("HTTPServer2")
+    (['repo', 'path'], ['entity', 'type'], ['http', 'server', '2'])
+    """
+    return [t.lower() for t in _NAME_WORDS.findall(name)]
+
 
 #: Python type → JSON Schema type name, in the order to test them (``bool`` before ``int``);
 #: ``None`` is named by :func:`json_type`'s ``null`` parameter.

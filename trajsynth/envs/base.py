@@ -279,6 +279,14 @@ class Environment(ABC):
     def diff(self, a: EnvSnapshot, b: EnvSnapshot | None = None) -> StateDiff:
         """What changed from snapshot ``a`` to ``b`` (default: the current state)."""
 
+    def value_hints(self) -> dict[str, Any] | None:
+        """What task synthesis may draw argument values from besides :meth:`state`, found by
+        running the tools (:class:`trajsynth.envs.values.Known` as JSON: folders, files,
+        values by noun, tables), or None: the state says it all (the default). An
+        environment that gives hints also has its accepted values learned as tasks are
+        made."""
+        return None
+
     def _is_terminal(self, name: str) -> bool:
         return False
 

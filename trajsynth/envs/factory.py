@@ -458,7 +458,7 @@ class EnvFactory:
             if domain not in self._mcp:
                 config = self.toolset_config(domain).mcp
                 assert config is not None
-                self._mcp[domain] = MCPServer(config)
+                self._mcp[domain] = MCPServer(config, domain)
             return self._mcp[domain]
 
     # -- environments -----------------------------------------------------------------------

@@ -112,8 +112,9 @@ def release_stages(stage_id: str | None = None) -> None:
     """Tear down stages built in this process (all, or one stage's)."""
     with _BUILT_LOCK:
         for key in [k for k in _BUILT if stage_id is None or k[0] == stage_id]:
-            stage, _ = _BUILT.pop(key)
+            stage, ctx = _BUILT.pop(key)
             stage.teardown()
+            ctx.close_envs()
 
 
 Progress = Callable[[str, int], None]
@@ -128,7 +129,7 @@ def run_map_unit(task: UnitTask, progress: Progress | None = None) -> UnitResult
     # already) but has its own metrics, so usage is counted per unit and merged
     live = None if progress is None else (lambda n: progress(task.unit_key, n))
     ctx = Context(shared_ctx.spec, logger=shared_ctx.log, progress=live)
-    ctx._envs = shared_ctx._envs
+    ctx._envs = shared_ctx.envs  # one factory (one MCP server, one sandbox) for every unit
     ctx._lock = shared_ctx._lock
     ctx.unit, ctx.input_name = task.unit_key, task.input_name
 

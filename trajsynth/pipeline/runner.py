@@ -784,6 +784,7 @@ class Runner:
             )
         finally:
             stage.teardown()
+            ctx.close_envs()
             remove_tree(spill)
             if not is_url(spill) and spill.parent.is_dir() and not any(spill.parent.iterdir()):
                 spill.parent.rmdir()

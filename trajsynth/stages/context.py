@@ -234,6 +234,14 @@ class Context:
             self._llm_views[role] = view
         return view
 
+    def close_envs(self) -> None:
+        """Stop what the environments started (MCP servers, the sandbox) and save their
+        records; the runner calls it when the stage is done."""
+        with self._lock:
+            envs, self._envs = self._envs, None
+        if envs is not None:
+            envs.close()
+
     @property
     def envs(self) -> EnvFactory:
         """The environment factory (``ctx.envs.make(domain, seed=...)``)."""

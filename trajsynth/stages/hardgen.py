@@ -623,7 +623,7 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
                     for t in ctx.envs.example_tasks(domain)
                     for c in t.ground_truth.flat_calls()
                 ] if domain in _builtin() else []  # fmt: skip
-                pools[(domain, seed)] = ValuePool(env0.state(), examples)
+                pools[(domain, seed)] = ValuePool(env0.state(), examples, env0.value_hints())
             env = ctx.envs.make(domain, seed=seed)
             env.reset(GroundTruth(env_seed=seed))
             try:

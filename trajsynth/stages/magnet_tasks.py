@@ -52,7 +52,7 @@ import contextlib
 import json
 import random
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -209,6 +209,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         self._graphs: dict[str, SignatureGraph] = {}
         self._pools: dict[tuple[str, int], ValuePool] = {}
         self._feeds = FeedFeedback(self.config.prune_after)
+        self._why: dict[str, Counter[str]] = {}  # domain → why its candidates were dropped
 
     def expected_rows(self) -> int | None:
         cfg = self.config
@@ -246,7 +247,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                 ]
             except Exception:  # an imported toolset has no example tasks
                 examples = []
-            self._pools[(domain, seed)] = ValuePool(env.state(), examples)
+            self._pools[(domain, seed)] = ValuePool(env.state(), examples, env.value_hints())
         return self._pools[(domain, seed)]
 
     # -- the source ------------------------------------------------------------------------
@@ -301,9 +302,12 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                     job.result()
                     ctx.metrics.inc("unused", len(extra))
                 if count < quota:
+                    why = "; ".join(f"{n}× {d}" for d, n in
+                                    self._why.get(domain, Counter()).most_common(3))  # fmt: skip
                     ctx.log.warning(
-                        "magnet_tasks: %s gave %d of %d tasks from %d candidates",
+                        "magnet_tasks: %s gave %d of %d tasks from %d candidates%s",
                         domain, count, quota, k,
+                        f" (most often: {why})" if why else "",
                     )  # fmt: skip
 
     # -- 2-4) one candidate ----------------------------------------------------------------
@@ -391,6 +395,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         except PlanFailed as exc:
             ctx.metrics.inc(f"dropped.{exc.reason}")
             ctx.log.debug("candidate %s/%d dropped: %s", domain, k, exc)
+            self._why.setdefault(domain, Counter())[str(exc)[:240]] += 1
             self._feeds.record(graph, order, exc.index, ok=False, metrics=ctx.metrics)
             return None
         self._feeds.record(graph, order, len(order), ok=True, metrics=ctx.metrics)

@@ -11,7 +11,9 @@ and costlier checks only see rows that passed the earlier ones):
    missing required, wrong type, extra parameter, enum, constraints) → ``format_errors``;
 2) **execution**: the calls are replayed, in order, in a fresh environment of the row's
    domain (``ctx.envs.make(domain, seed, initial_state)``). The replay fails when a recorded
-   tool result differs from what the tool returns now (a fabricated or stale observation),
+   tool result differs from what the tool returns now (a fabricated or stale observation;
+   volatile parts such as timestamps and minted ids are left out of the comparison,
+   :mod:`trajsynth.core.volatile`),
    and, with ``tool_errors_fail`` (APIGen's strict rule for single-turn data), when any call
    returns an error. A domain with no environment (imported foreign data) skips this layer
    and the final-state check, with the reason recorded in ``extra["verify"]["skipped"]``;

@@ -21,7 +21,8 @@ Steps, per file (a file, or every ``*.json``/``*.jsonl`` file under a folder):
    :data:`SCHEMA_KEYS` present; when none is, but another key holds an object schema, the
    function imports with no parameters and is listed as altered (so a misplaced schema is
    never lost in silence); ``"type": "dict"`` (BFCL) and a missing ``type`` become
-   ``object`` (listed as altered).
+   ``object`` (listed as altered). An MCP tool's ``annotations`` are kept in ``extra``
+   (``readOnlyHint`` as ``extra.read_only``).
 
 The builder then checks each spec (OpenAI-legal name, valid JSON Schema, ``required`` naming
 declared properties), so a malformed one is listed with the reason and the others import.
@@ -135,12 +136,19 @@ def function_from_json(obj: Any, *, source: str = "", notes: list[str] | None = 
         (src[k] for src in (fn, obj) for k in RESPONSE_KEYS if isinstance(src.get(k), dict)),
         None,
     )
+    hints = next(
+        (src["annotations"] for src in (fn, obj) if isinstance(src.get("annotations"), dict)), {}
+    )
+    extra: dict[str, Any] = {}
+    if hints:  # an MCP server's tools/list: the read-only hint decides what changes state
+        extra = {"annotations": hints, "read_only": bool(hints.get("readOnlyHint"))}
     return ToolSpec(
         name=name,
         description=str(fn.get("description") or ""),
         parameters=params,
         response=response,
         source=source,
+        extra=extra,
     )
 
 

@@ -290,21 +290,27 @@ def pivot(new_root):
     os.chdir("/")
 
 
-def unshare_namespaces():
-    """Step 1: new network, mount and PID namespaces (plus a user namespace when not root)."""
+def unshare_namespaces(network=True, inside_uid=0, mount_ns=True):
+    """Step 1: new network, mount and PID namespaces (plus a user namespace when not root,
+    mapping the caller to ``inside_uid``; None: to itself). ``network=False`` keeps the
+    host's network and ``mount_ns=False`` the caller's mounts (the launcher of long-lived
+    servers, :mod:`._view`, whose child makes its own)."""
     root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | (0 if root else CLONE_NEWUSER)
-    _check(libc().unshare(flags), "unshare")
+    flags = CLONE_NEWPID | (CLONE_NEWNS if mount_ns else 0) | (CLONE_NEWNET if network else 0)
+    _check(libc().unshare(flags | (0 if root else CLONE_NEWUSER)), "unshare")
     if not root:
+        inner_uid = uid if inside_uid is None else inside_uid
+        inner_gid = gid if inside_uid is None else inside_uid
         for path, text in (
             ("/proc/self/setgroups", "deny"),
-            ("/proc/self/uid_map", f"0 {uid} 1"),
-            ("/proc/self/gid_map", f"0 {gid} 1"),
+            ("/proc/self/uid_map", f"{inner_uid} {uid} 1"),
+            ("/proc/self/gid_map", f"{inner_gid} {gid} 1"),
         ):
             with open(path, "w") as f:
                 f.write(text)
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if mount_ns:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
 
 
 def setup_root(scratch, tmpfs_mb, extra):

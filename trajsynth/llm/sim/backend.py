@@ -5,7 +5,8 @@
 2. validate ``metadata`` against the behaviour's contract (``contracts.py``); an invalid
    payload is an error of the calling stage, reported on the request;
 3. for each of the ``n`` choices, seed the draws with (sim seed, behaviour, request seed,
-   choice index, hash of the metadata) — at temperature 0 every choice is the same, as with
+   choice index, hash of the metadata with what reads as a time or a minted id masked,
+   :mod:`trajsynth.core.volatile`) — at temperature 0 every choice is the same, as with
    greedy decoding — and run the behaviour;
 4. render the result as the API would return it: calls as native ``tool_calls`` or as text
    (Hermes, pythonic or JSON list, per ``call_format``), reasoning, token log-probabilities
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from ...core.errors import EndpointError
 from ...core.ids import seed_from, stable_hash
+from ...core.volatile import mask
 from ..base import Backend, BackendReply, ChatRequest, RawChoice, TokenLogprob, Usage
 from ..parsing import format_pythonic
 from .actor import SimOutput, act, user_reply
@@ -98,7 +100,8 @@ class SimBackend(Backend):
                 raise EndpointError(
                     f"sim {behaviour}: invalid metadata: {where}: {first['msg']}"
                 ) from None
-        meta_hash = stable_hash(meta_raw) if meta_raw else ""
+        # the draws do not depend on what a replay may change (times, minted ids)
+        meta_hash = stable_hash(mask(meta_raw, loose=False)) if meta_raw else ""
         greedy = request.temperature is not None and request.temperature == 0
         choices, completion_tokens = [], 0
         for i in range(request.n):

@@ -17,14 +17,20 @@ domain itself, and the calls are executed in order:
    holds several of them (``origin``, ``destination`` and ``date`` from one flight, so the
    search finds it), else from the pool of that name, the example tasks, the ``enum``, or a
    value of the schema's type (dates from the state's dates, numbers within the bounds);
-   an optional parameter is given with probability ``optional_p``;
+   an optional parameter is given with probability ``optional_p``. An environment that
+   gives value hints (``Environment.value_hints()``: a real server with no state to read)
+   also offers, for each parameter, the values its spec names and the values of its kind
+   that the environment is known to hold, and invents values of the parameter's kind (an
+   IANA zone, a folder of the server, SQL over its tables; :mod:`trajsynth.envs.values`);
 3) execution (:func:`execute_plan`): each call runs in the environment; a call that returns
    an error, or whose output lacks a field a later call needs, is undone (snapshot/restore)
    and drawn again, up to ``attempts`` times (in the second half of them, drawn strings may
    be replaced by new ones like them: a tool that creates a folder needs a path that does
    not exist yet); so is a replica (the same function asked again in one turn) whose values
-   repeat its original's; then the plan fails with the reason (:class:`PlanFailed`), which
-   the stage counts.
+   repeat its original's; then the plan fails with the reason (:class:`PlanFailed`: the
+   last error's message included), which the stage counts. With value hints, the values a
+   call was given when it succeeded (and what a read-only call answered) join the pools:
+   what the environment accepted seeds the next calls.
 
 The result is each call's arguments, output and bindings (``{"call", "param", "from_call",
 "path"}``, the same record as the example tasks' ``extra["bindings"]``) and the final state.
@@ -32,7 +38,9 @@ The result is each call's arguments, output and bindings (``{"call", "param", "f
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
+import json
 import random
 import re
 from collections.abc import Iterable, Sequence
@@ -42,6 +50,7 @@ from typing import Any
 from ...core.jsonvalues import json_fields
 from ...envs.base import Environment
 from ...envs.spec import ToolSpec
+from ...envs.values import Known, fits_kind, invent, kind, paths_for, suggested
 from ...envs.verifiers.schema import type_ok
 from ...graph.ops import PathCall
 from ...graph.signature import SignatureGraph, resolve_field
@@ -111,7 +120,15 @@ def _flat(record: dict[str, Any]) -> dict[str, Any]:
 class ValuePool:
     """Step 1: values by field name, the state's records, and example-task values."""
 
-    def __init__(self, state: dict[str, Any], examples: Iterable[tuple[str, dict[str, Any]]] = ()):
+    def __init__(
+        self,
+        state: dict[str, Any],
+        examples: Iterable[tuple[str, dict[str, Any]]] = (),
+        hints: dict[str, Any] | None = None,
+    ):
+        #: hints given: spec-named and kind values are offered, accepted values learned
+        self.learns = hints is not None
+        self.known = Known.from_hints(hints)
         self.by_name: dict[str, list[Any]] = {}
         self.records: list[dict[str, Any]] = []
         for rows in state.values():
@@ -154,12 +171,39 @@ class ValuePool:
         example tasks', filtered by the schema's type and enum."""
         out = list(self.by_name.get(param, []))
         out += self.examples.get((tool, param), []) + self.example_params.get(param, [])
-        return [v for v in _dedup(out) if _fits(v, schema)]
+        if not self.learns:
+            return [v for v in _dedup(out) if _fits(v, schema)]
+        k = kind(param, schema)
+        out += suggested(param, schema) + self.known.for_param(param)
+        if k == "path":
+            out += paths_for(param, schema, self.known)
+        return [v for v in _dedup(out) if _fits(v, schema) and fits_kind(v, k, schema)]
+
+    def learn(self, spec: ToolSpec, args: dict[str, Any], output: Any, *, read_only: bool) -> None:
+        """Values a call succeeded with join the pools (and, for a read-only call, the values
+        its output holds); only with hints."""
+        if not self.learns:
+            return
+        for k, v in args.items():
+            if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                bag = self.by_name.setdefault(k, [])
+                if v not in bag:
+                    bag.append(v)
+        if read_only and isinstance(output, (dict, list)):
+            for k, v in json_fields(output):
+                if isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "":
+                    bag = self.by_name.setdefault(k, [])
+                    if v not in bag and len(bag) < 200:
+                        bag.append(v)
 
     def invent(self, param: str, schema: dict[str, Any], rng: random.Random) -> Any:
         """A value of the schema's type when no pool has one."""
         if schema.get("enum"):
             return rng.choice(list(schema["enum"]))
+        if self.learns and schema.get("type") in ("string", None):
+            made = invent(param, schema, rng, self.known)
+            if made is not None:
+                return made
         types = schema.get("type")
         t = (
             types
@@ -243,6 +287,8 @@ class ValuePool:
                 continue
             schema = props.get(p) or {}
             pool = self.candidates(spec.name, p, schema)
+            if pool and self.learns and rng.random() < 0.3:  # new values too, not only known
+                pool = []
             args[p] = rng.choice(pool) if pool else self.invent(p, schema, rng)
         for p in want:
             if p not in fixed and fresh and rng.random() < fresh:
@@ -300,6 +346,41 @@ def _fits(value: Any, schema: dict[str, Any]) -> bool:
     return True
 
 
+def _narrow(value: Any, param: str, schema: dict[str, Any]) -> list[Any]:
+    """The values inside ``value`` (an earlier output) that ``param`` can take: ``value``
+    itself when it fits, else, from a result that does not (a record list, a JSON text or a
+    Python literal, lines of text), its scalars, those under a name the parameter shares
+    (``table_name`` ← ``name``) first."""
+    blob = isinstance(value, str) and ("\n" in value or value.strip()[:1] in ("[", "{"))
+    if _fits(value, schema) and not blob:
+        return [value]
+    if isinstance(value, str):
+        text = value.strip()
+        parsed: Any = None
+        for parse in (json.loads, ast.literal_eval):
+            try:
+                parsed = parse(text)
+                break
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                continue
+        if parsed is None or isinstance(parsed, str):
+            lines = [ln.strip().lstrip("*+- ").strip() for ln in text.splitlines()]
+            words = [ln for ln in lines if ln and " " not in ln and len(ln) <= 80]
+            return [w for w in _dedup(words) if _fits(w, schema)]
+        value = parsed
+    if not isinstance(value, (dict, list)):
+        return []
+    words = set(param.lower().replace("-", "_").split("_")) | {param.lower()}
+    named: list[Any] = []
+    other: list[Any] = []
+    for key, v in json_fields({"_": value}):
+        if key == "_" or isinstance(v, (dict, list)) or v is None or not _fits(v, schema):
+            continue
+        parts = set(str(key).lower().split("_")) | {str(key).lower()}
+        (named if parts & words else other).append(v)
+    return _dedup(named) or _dedup(other)
+
+
 def execute_plan(
     env: Environment,
     plan: Sequence[PlannedCall],
@@ -325,7 +406,11 @@ def execute_plan(
             fixed: dict[str, Any] = {}
             bindings: list[dict[str, Any]] = []
             for param, (src, path) in sorted(planned.bindings.items()):
-                values = resolve_field(done[src].output, path)
+                schema = spec.properties().get(param) or {}
+                values = [
+                    (c, n) for c, v in resolve_field(done[src].output, path)
+                    for n in _narrow(v, param, schema)
+                ]  # fmt: skip
                 if not values:
                     raise PlanFailed(
                         "no_value",
@@ -357,9 +442,11 @@ def execute_plan(
             snap = env.snapshot()
             result = env.call(planned.tool, args)
             if not result.ok:
-                last = f"{planned.tool}: {result.category}"
+                message = str((result.error or {}).get("message") or "")[:200]
+                last = f"{planned.tool}: {result.category}" + (f" ({message})" if message else "")
                 env.restore(snap)
                 continue
+            pool.learn(spec, args, result.output, read_only=bool(spec.extra.get("read_only")))
             missing = [p for p in needed.get(i, ()) if not resolve_field(result.output, p)]
             if missing:
                 last = f"{planned.tool}: output has no {missing[0]}"

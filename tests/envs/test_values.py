@@ -1,0 +1,83 @@
+"""Argument values a tool accepts (trajsynth.envs.values) and what an MCP server's answer means
+(trajsynth.envs.mcp.results): values follow what a spec and its description say; error-shaped
+results are failures.
+
+Run: PYTHONPATH=. python -m pytest tests/envs/test_values.py -q
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from trajsynth.envs.mcp.results import error_text, stderr_error
+from trajsynth.envs.values import Known, invent, kind, pattern_value, suggested
+
+TZ = {"type": "string", "description": "IANA timezone name (e.g., 'America/New_York', "
+      "'Europe/London', 'America/San_Francisco'). Use 'Etc/UTC' if none is given."}  # fmt: skip
+
+
+def test_descriptions_and_schemas_name_values() -> None:
+    assert kind("timezone", TZ) == "timezone"
+    assert suggested("timezone", TZ) == ["America/New_York", "Europe/London", "Etc/UTC"]
+    branch = {"type": "string", "description": "List local branches ('local'), remote "
+              "branches ('remote') or all branches('all')."}  # fmt: skip
+    assert suggested("branch_type", branch) == ["local", "remote", "all"]
+    assert suggested("n", {"type": "integer", "default": 3, "examples": [5, "x"]}) == [3, 5]
+    assert kind("time", {"type": "string", "description": "Time in 24-hour format (HH:MM)"}) == (
+        "time"
+    )
+    assert kind("repo_path", {"type": "string"}) == "path"
+    assert kind("when", {"type": "string", "format": "date-time"}) == "date-time"
+    assert kind("query", {"type": "string", "description": "SELECT SQL query to execute"}) == (
+        "sql"
+    )
+
+
+def test_values_of_a_kind() -> None:
+    rng = random.Random(0)
+    assert invent("timezone", TZ, rng) in {"America/New_York", "Europe/London", "Asia/Tokyo",
+                                           "Europe/Paris", "America/Chicago", "Australia/Sydney",
+                                           "Asia/Kolkata", "America/Los_Angeles",
+                                           "Europe/Berlin", "UTC"}  # fmt: skip
+    columns = [["id", "INTEGER"], ["name", "TEXT"], ["price", "REAL"]]
+    known = Known(dirs=["/data/repo"], files=["/data/repo/a.txt"],
+                  nouns={"branch": ["main", "restock"]}, tables={"items": columns})  # fmt: skip
+    assert invent("repo_path", {"type": "string"}, rng, known) == "/data/repo"
+    assert invent("path", {"type": "string", "description": "the file to read"}, rng, known) == (
+        "/data/repo/a.txt"
+    )
+    assert invent("branch_name", {"type": "string"}, rng, known) in {"main", "restock"}
+    insert = {"type": "string", "description": "Execute an INSERT query"}
+    assert re.fullmatch(r"INSERT INTO items \(name, price\) VALUES \('\w+', \d+\.5\)",
+                        invent("query", insert, rng, known))  # fmt: skip
+    create = {"type": "string", "description": "CREATE TABLE SQL statement"}
+    assert invent("query", create, rng, known).startswith("CREATE TABLE ")
+    assert invent("email", {"type": "string", "format": "email"}, rng).endswith("@example.com")
+    assert invent("x", {"type": "string"}, rng) is None  # nothing said: the caller decides
+    for pattern in (r"^[A-Z]{3}-\d{4}$", r"^(red|blue)_[a-z]+$", r"\d{2}:\d{2}"):
+        value = pattern_value(pattern, rng)
+        assert value is not None and re.search(pattern, value)
+
+
+def test_error_shaped_results() -> None:
+    for text in ("Error: Only CREATE TABLE statements are allowed",
+                 'Database error: near "selec": syntax error',
+                 "Error executing tool git_commit: No changes staged",
+                 "ENOENT: no such file or directory, open '/x'",
+                 "Traceback (most recent call last):\n  File ...",
+                 "ValueError: bad"):  # fmt: skip
+        assert error_text(text) == text, text
+    for text in ("Repository status:\nOn branch main", "[{'name': 'items'}]", "errors: 0",
+                 "The error rate fell."):  # fmt: skip
+        assert error_text(text) is None, text
+    assert error_text({"error": "no such entity"}) == "no such entity"
+    assert error_text({"success": False, "message": "nothing deleted"}) == "nothing deleted"
+    assert error_text({"success": True, "message": "ok"}) is None
+    assert error_text({"error": None, "items": []}) is None
+    assert error_text("quota exceeded for today", [re.compile("quota exceeded")])
+    boxed = (
+        "│ ❱ 213 │ raise Unexpected │\n OSError: [Errno 30] Read-only file\n system: "
+        "'/data/kv.log'\n The above exception\n UnexpectedToolError: Error executing tool log"
+    )
+    assert stderr_error(boxed) == "OSError: [Errno 30] Read-only file system: '/data/kv.log'"
