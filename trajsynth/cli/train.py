@@ -221,10 +221,24 @@ def train_grpo_command(
     group_size: Annotated[int | None, typer.Option(help="G: episodes per task.")] = None,
     tasks_per_step: Annotated[int | None, typer.Option(help="Tasks per update.")] = None,
     lr: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
-    advantage: Annotated[str | None, typer.Option(help="grpo or gigpo.")] = None,
+    advantage: Annotated[
+        str | None,
+        typer.Option(help="Credit assignment: grpo, gigpo, turn_ppo, archer, prm, implicit_prm."),
+    ] = None,
+    filter_variance: Annotated[
+        float | None,
+        typer.Option(help="StarPO-S: keep the top share of tasks by reward std (RAGEN: 0.25)."),
+    ] = None,
+    prm: Annotated[
+        Path | None, typer.Option(help="With --advantage prm: a folder from train-prm.")
+    ] = None,
     beta: Annotated[float | None, typer.Option(help="KL weight (0: no KL).")] = None,
     reward: Annotated[
-        str | None, typer.Option(help="exact_match, call_match, state_match or tool_match.")
+        str | None,
+        typer.Option(
+            help="A reward term (exact_match, call_match, state_match, tool_match, "
+            "call_accuracy, agent_reward, judge) or weighted terms TERM=W,TERM=W summing to 1."
+        ),
     ] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
@@ -235,7 +249,8 @@ def train_grpo_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
-    """GRPO (or GiGPO) on multi-turn episodes in the environments."""
+    """Policy-gradient RL on multi-turn episodes in the environments (GRPO, GiGPO, Turn-PPO,
+    ArCHer, an explicit or implicit PRM)."""
     _require_train_extra()
     if (tasks is None) == (arenas is None):
         raise ConfigError("give exactly one of --tasks DIR or --arenas DIR")
@@ -248,6 +263,7 @@ def train_grpo_command(
         tasks_per_step=tasks_per_step,
         lr=lr,
         advantage=advantage,
+        filter_variance=filter_variance,
         beta=beta,
         device=device,
         seed=seed,
@@ -256,7 +272,9 @@ def train_grpo_command(
     )
     settings = _settings(values, set_)
     if reward is not None:
-        settings.setdefault("reward", {})["kind"] = reward
+        settings.setdefault("reward", {}).update(_reward_terms(reward))
+    if prm is not None:
+        settings.setdefault("prm", {})["path"] = str(prm)
     if temperature is not None:
         settings.setdefault("rollout", {})["temperature"] = temperature
     cfg = _config(GRPOConfig, settings)
@@ -273,7 +291,18 @@ def train_grpo_command(
         assert tasks is not None
         rows = _records(tasks, "tasks")
     progress = RichProgress(
-        ("reward", "success", "calls_per_episode", "format_errors", "adv_std", "groups_filtered"),
+        (
+            "reward",
+            "success",
+            "calls_per_episode",
+            "format_errors",
+            "adv_std",
+            "groups_filtered",
+            "critic_loss",
+            "explained_variance",
+            "prm_score_mean",
+            "prm_loss",
+        ),
         quiet=quiet or as_json,
     )
     try:
@@ -291,6 +320,69 @@ def train_grpo_command(
             f"[green]✓[/] {len(h)} updates in {result.seconds:.1f}s; reward "
             f"{h[0]['reward']:.3f} → {h[-1]['reward']:.3f}; model in {out}"
         )
+
+
+def _reward_terms(text: str) -> dict[str, Any]:
+    """``--reward``: one term name, or ``TERM=W,TERM=W`` (checked by the reward config)."""
+    if "=" not in text:
+        return {"kind": text.strip()}
+    terms: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, weight = part.partition("=")
+        try:
+            terms[name.strip()] = float(weight)
+        except ValueError:
+            raise ConfigError(f"--reward {text!r}: {part!r} is not TERM=WEIGHT") from None
+        if not sep or not name.strip():
+            raise ConfigError(f"--reward {text!r}: {part!r} is not TERM=WEIGHT")
+    return {"terms": terms}
+
+
+@app.command("train-prm")
+def train_prm_command(
+    data: Annotated[
+        Path,
+        typer.Argument(
+            help="Rows with step labels: STeCa rows, or trajectories with ground truth."
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="PRM folder to write.")] = ...,  # type: ignore[assignment]
+    model: Annotated[
+        str, typer.Option(help="The encoder: a model folder or name (the policy's SFT checkpoint).")
+    ] = ...,  # type: ignore[assignment]
+    labels: Annotated[
+        str | None, typer.Option(help="steca (MC step values), verifier (step outcomes), both.")
+    ] = None,
+    holdout: Annotated[float | None, typer.Option(help="Share of tasks held out.")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Passes of the head over the steps.")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Train an explicit process reward model (a step scorer) and report its held-out AUC."""
+    _require_train_extra()
+    from ..train.agent_prm import PRMConfig, train_prm
+
+    values = dict(
+        model=model, labels=labels, holdout=holdout, epochs=epochs, device=device, seed=seed
+    )
+    cfg = _config(PRMConfig, _settings(values, set_))
+    folder = _model_folder(cfg.model)
+    if folder == "tiny":
+        raise ConfigError("--model tiny is built by train-sft; give its output folder")
+    cfg = cfg.model_copy(update={"model": folder})
+    rows = _records(data, "data")
+    result = train_prm(rows, out, cfg)
+    if as_json:
+        print(json.dumps(result.model_dump()))
+        return
+    auc = "n/a (one class)" if result.holdout_auc is None else f"{result.holdout_auc:.3f}"
+    console.print(
+        f"[green]✓[/] {result.train_steps} training steps ({result.train_tasks} tasks), "
+        f"{result.holdout_steps} held out ({result.holdout_tasks} tasks): held-out step AUC "
+        f"{auc}; PRM in {out}"
+    )
 
 
 @app.command("eval")
