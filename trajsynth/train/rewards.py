@@ -126,6 +126,9 @@ class JudgeRewardConfig(StrictModel):
         if any(w < 0 for w in self.dimensions.values()):
             raise ValueError("judge dimension weights must be ≥ 0")
         _check_sum(self.dimensions, self.total, "the judge's dimension")
+        from ..llm.base import RoleConfig
+
+        RoleConfig.model_validate({"cache": False, **self.role})  # a bad role fails here
         return self
 
 
@@ -246,9 +249,7 @@ def _judge_meta(ep: Rollout, dimensions: Sequence[str]) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "role": "judge",
         "mode": "rubric",
-        "calls": [
-            c if isinstance(c["arguments"], dict) else {**c, "arguments": None} for c in calls
-        ],
+        "calls": [c if isinstance(c["arguments"], dict) else {**c, "arguments": {}} for c in calls],
         "answer": answer,
         "dimensions": list(dimensions),
         "format_errors": len(ep.format_errors),
