@@ -80,7 +80,8 @@ def _config(cls: Any, data: dict[str, Any]) -> Any:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
-        raise ConfigError(f"{where}: {msg}") from None
+        msg = msg.removeprefix("Value error, ")  # a validator's own message
+        raise ConfigError(f"{where}: {msg}" if where else msg) from None
 
 
 def _records(path: Path, what: str) -> list[Any]:
