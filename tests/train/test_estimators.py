@@ -201,3 +201,39 @@ def test_bad_input_is_one_message_before_any_rollout(
     assert code == 2, err
     assert message in " ".join(err.split()), err
     assert "Traceback" not in err
+
+
+def test_workflow_family_one_early_wrong_call_dooms_the_episode(make_env) -> None:
+    """bench/credit.py's family: four five-step math workflows, every math tool offered. The
+    gold episode scores 1; with its second call swapped for another tool, the calls after it
+    read the wrong output and the episode scores 0 on every reward, though three of its five
+    tools are still the gold's."""
+    from trajsynth.core.schema import ToolCall
+    from trajsynth.core.task import GroundTruth
+    from trajsynth.train.eval import score_episode, step_outcomes
+    from trajsynth.train.synth import workflow_tasks
+
+    rows = workflow_tasks(40, seed=0)
+    assert len({r.id for r in rows}) == 40 and len(rows[0].tools) == 10
+    assert {r.extra["family"] for r in rows} == {f"workflow-{k}" for k in range(4)}
+    for row in rows[:4]:
+        gold = gold_trajectory(row, make_env)
+        assert [m.role for m in gold.messages].count("assistant") == 6
+        scores = score_episode(row, gold.messages, make_env)
+        assert scores["exact_match"] == scores["tool_match"] == 1.0
+        # the same episode played with a wrong second tool
+        gt = GroundTruth.from_json(row.ground_truth)
+        env = make_env(row)
+        env.reset(gt)
+        messages = [gold.messages[0]]
+        for k, m in enumerate(m for m in gold.messages if m.role == "assistant"):
+            if k == 1:
+                m = m.model_copy(update={"tool_calls": [ToolCall(id="x", name="list_values",
+                                                                 arguments="{}")]})  # fmt: skip
+            messages.append(m)
+            if m.tool_calls:
+                obs, _, _ = env.step(m)
+                messages += obs.to_messages()
+        bad = score_episode(row, messages, make_env)
+        assert bad["exact_match"] == bad["tool_match"] == bad["call_match"] == 0.0
+        assert step_outcomes(row, messages)[:2] == [1.0, 0.0]

@@ -11,7 +11,8 @@ Training (``trajsynth train-prm``, :func:`train_prm`):
    step values (``step_rewards`` of its rows: the value of the expert prefix and of the agent's
    deviated step, in [0, 1]; the promise of AgentPRM's MC variant); ``verifier`` — the
    verifier's outcome of each step of a row with ground truth (1 when the step matches the gold
-   step at its position, :func:`~trajsynth.train.eval.step_outcomes`); ``both`` — STeCa's
+   step at its position, :func:`~trajsynth.train.eval.step_outcomes`; ``match: tool`` checks
+   only its tools); ``both`` — STeCa's
    value where it has one, the verifier's elsewhere. A step kept only as context (STeCa's
    deviated step is flagged) keeps its STeCa value but gets no verifier label;
 2) split by task: a task's rows are all in training or all held out (``holdout``, by a stable
@@ -80,6 +81,11 @@ class PRMConfig(StrictModel):
     labels: LabelSource = Field(
         default="both", description="Step labels: steca (MC values), verifier, or both."
     )
+    match: Literal["call", "tool"] = Field(
+        default="call",
+        description="What a verifier label checks: the step's calls (BFCL match), or only "
+        "its tools (the tool_match reward's steps).",
+    )
     holdout: float = Field(default=0.2, ge=0, lt=1, description="Share of tasks held out.")
     epochs: int = Field(default=200, ge=1, description="Passes of the head over the steps.")
     head: HeadConfig = Field(default_factory=HeadConfig, description="The scorer's head.")
@@ -114,7 +120,9 @@ class PRMRewardConfig(StrictModel):
 # --------------------------------------------------------------------------------------
 
 
-def step_labels(row: Trajectory, source: LabelSource = "both") -> list[float | None]:
+def step_labels(
+    row: Trajectory, source: LabelSource = "both", match: Literal["call", "tool"] = "call"
+) -> list[float | None]:
     """Step 1: a label in [0, 1] per assistant step of ``row``, None where unknown."""
     from .eval import step_outcomes
 
@@ -126,7 +134,7 @@ def step_labels(row: Trajectory, source: LabelSource = "both") -> list[float | N
                 labels[t] = min(1.0, max(0.0, float(v)))
     if source in ("verifier", "both") and row.ground_truth is not None and n:
         context = row.context_steps()
-        for t, ok in enumerate(step_outcomes(row, row.messages)):
+        for t, ok in enumerate(step_outcomes(row, row.messages, match)):
             if labels[t] is None and t not in context:
                 labels[t] = ok
     return labels
@@ -168,7 +176,7 @@ def train_prm(rows: Sequence[Trajectory], out: str | Path, cfg: PRMConfig) -> PR
     for row in rows:
         if not row.messages:
             continue
-        labels = step_labels(row, cfg.labels)
+        labels = step_labels(row, cfg.labels, cfg.match)
         steps = [t for t, y in enumerate(labels) if y is not None]
         if steps:
             labelled.append((row, steps, [labels[t] for t in steps]))
@@ -341,7 +349,8 @@ class AgentPRM:
             for ep, p in zip(group, scores, strict=True):
                 all_scores += p
                 if ep.row.ground_truth is not None:
-                    all_labels += [y >= 0.5 for y in step_outcomes(ep.row, ep.messages)]
+                    level = self.scorer.info.get("config", {}).get("match", "call")
+                    all_labels += [y >= 0.5 for y in step_outcomes(ep.row, ep.messages, level)]
             adv = episode_plus_step(
                 [ep.reward for ep in group], scores, weight=self.cfg.weight, scale=self.scale
             )

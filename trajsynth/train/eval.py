@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -148,10 +148,13 @@ def _aligned(gold: list[Step], pred: list[PredStep], tools: Any) -> list[bool]:
     return out
 
 
-def step_outcomes(row: Trajectory, messages: Sequence[Message]) -> list[float]:
+def step_outcomes(
+    row: Trajectory, messages: Sequence[Message], level: Literal["call", "tool"] = "call"
+) -> list[float]:
     """The verifier's outcome of every assistant step: 1.0 when it matches the gold step at
-    its position (step 2), 0.0 otherwise (a step past the gold's last is 0). Process labels
-    for a step scorer (:mod:`.agent_prm`).
+    its position (step 2; ``level="tool"``: the same tools, arguments aside, as step 6), 0.0
+    otherwise (a step past the gold's last is 0). Process labels for a step scorer
+    (:mod:`.agent_prm`).
 
     >>> from trajsynth.core.task import GoldTurn
     >>> gt = GroundTruth(turns=[GoldTurn(request="hi", steps=[])])
@@ -164,7 +167,15 @@ def step_outcomes(row: Trajectory, messages: Sequence[Message]) -> list[float]:
     if gt is None:
         raise ValueError(f"task {row.task_id} has no ground truth")
     gold, pred = gold_steps(gt), predicted_steps(messages)
-    ok = _aligned(gold, pred, row.tools or None)
+    if level == "tool":
+        ok = [
+            i < len(pred)
+            and (pred[i] is None) == (g is None)
+            and (g is None or sorted(c.name for c in pred[i] or []) == sorted(c.name for c in g))
+            for i, g in enumerate(gold)
+        ]
+    else:
+        ok = _aligned(gold, pred, row.tools or None)
     return [float(ok[i]) if i < len(ok) else 0.0 for i in range(len(pred))]
 
 
