@@ -24,7 +24,7 @@ What it does, in one process per run (so wall time and peak memory are each run'
 5) each estimator × seed: ``train_grpo`` from the warm-up checkpoint with the same budget
    (``--iterations`` × ``--tasks-per-step`` × ``--group`` rollouts), then the final
    checkpoint evaluated as in 4); its wall time (training and evaluation) and peak resident
-   memory (the process's ru_maxrss);
+   memory (the process's VmHWM);
 6) per estimator: the reward after the budget as the mean over seeds with a 95% interval
    (Student's t, n − 1 degrees of freedom), the start's the same way, ``learned`` when the
    interval's low end is above the start's mean, and the difference to GRPO.
@@ -73,7 +73,7 @@ def _rollout_cfg(args: argparse.Namespace, temperature: float = 1.0) -> Any:
         temperature=temperature,
         max_new_tokens=args.max_new_tokens,
         max_steps=8,
-        max_len=args.max_len,
+        max_len=args.max_len + 512,
         batch_size=64,
     )
 
@@ -120,7 +120,9 @@ def warm_up(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     gold = [gold_trajectory(t, make_env) for t in warm]
     t0 = time.perf_counter()
     if args.model == "tiny":
-        sft = SFTConfig(max_steps=args.sft_steps, batch_size=8, max_len=args.max_len, seed=0)
+        sft = SFTConfig(
+            max_steps=args.sft_steps, batch_size=4, max_len=args.max_len, lr=5e-3, seed=0
+        )
     else:
         sft = SFTConfig(
             model=args.model,
@@ -196,9 +198,19 @@ def one_run(spec: dict[str, Any]) -> dict[str, Any]:
         k = max(1, len(result.history) // 4)
         train_last = sum(h["reward"] for h in result.history[-k:]) / k
     reward = evaluate(folder, heldout, args, seed)
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"estimator": name, "seed": seed, "reward": reward, "train_reward_last": train_last,
-            "wall_s": time.perf_counter() - t0, "peak_mb": peak_kb / 1024}  # fmt: skip
+            "wall_s": time.perf_counter() - t0, "peak_mb": _peak_mb()}  # fmt: skip
+
+
+def _peak_mb() -> float:
+    """This process's peak resident memory: VmHWM (ru_maxrss would carry the parent's peak
+    over the exec on Linux)."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _ci(values: list[float]) -> tuple[float, float, float]:
@@ -219,9 +231,9 @@ def main() -> None:
     ap.add_argument("--warmup-tasks", type=int, default=300)
     ap.add_argument("--train-tasks", type=int, default=64)
     ap.add_argument("--heldout", type=int, default=32)
-    ap.add_argument("--sft-steps", type=int, default=500)
+    ap.add_argument("--sft-steps", type=int, default=400)
     ap.add_argument("--prm-tasks", type=int, default=48, help="Warm-up tasks the PRM sees.")
-    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--tasks-per-step", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -229,7 +241,7 @@ def main() -> None:
     ap.add_argument("--filter-variance", type=float, default=None)
     ap.add_argument("--eval-samples", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--max-len", type=int, default=768)
+    ap.add_argument("--max-len", type=int, default=1024, help="SFT tokens per packed row.")
     ap.add_argument("--work", default=None, help="Keep checkpoints here (default: a temp dir).")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()

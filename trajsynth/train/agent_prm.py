@@ -101,6 +101,9 @@ class PRMResult(BaseModel):
     train_tasks: int
     holdout_tasks: int
     positive_share: float = Field(description="Share of training steps labelled ≥ 0.5.")
+    unreadable_rows: int = Field(
+        default=0, description="Rows the encoder's template could not split into steps."
+    )
     train_auc: float | None
     holdout_auc: float | None = Field(description="Held-out step AUC (None: one class only).")
     holdout_bce: float | None
@@ -147,15 +150,23 @@ def _holdout(task_id: str, share: float, seed: int) -> bool:
 
 def _featurize(
     encoder: Encoder, rows: Sequence[Trajectory], steps: Sequence[Sequence[int]]
-) -> list[Any]:
-    """Step 3: for each row, the features of the given assistant steps (at their last token)."""
+) -> list[Any | None]:
+    """Step 3: for each row, the features of the given assistant steps (at their last token);
+    None for a row the encoder's chat template cannot split into its assistant steps."""
     from .template import row_messages
 
-    seqs = []
-    for row, ts in zip(rows, steps, strict=True):
-        ids, spans = row_spans(encoder.tokenizer, row_messages(row), row.tools)
+    seqs, where = [], []
+    for k, (row, ts) in enumerate(zip(rows, steps, strict=True)):
+        try:
+            ids, spans = row_spans(encoder.tokenizer, row_messages(row), row.tools)
+        except DataError:
+            continue
         seqs.append((ids, [spans[t][1] - 1 for t in ts], list(ts)))
-    return encoder.features(seqs)
+        where.append(k)
+    out: list[Any | None] = [None] * len(rows)
+    for k, f in zip(where, encoder.features(seqs), strict=True):
+        out[k] = f
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -185,15 +196,17 @@ def train_prm(rows: Sequence[Trajectory], out: str | Path, cfg: PRMConfig) -> PR
             f"none of the {len(rows)} rows has a step label ({cfg.labels})",
             hint="give STeCa rows (step values) or trajectories with ground truth",
         )
-    # 2) split by task
-    held = [_holdout(r.task_id, cfg.holdout, cfg.seed) for r, _, _ in labelled]
-    # 3) features
+    # 3) features (a row the template cannot split into its steps is left out)
     device = resolve_device(cfg.device)
     encoder = Encoder.load(cfg.model, device, max_len=cfg.max_len)
-    try:
-        feats = _featurize(encoder, [r for r, _, _ in labelled], [s for _, s, _ in labelled])
-    except DataError as exc:
-        raise DataError(f"cannot read the rows' steps with {cfg.model}'s template: {exc}") from exc
+    found = _featurize(encoder, [r for r, _, _ in labelled], [s for _, s, _ in labelled])
+    unreadable = sum(f is None for f in found)
+    labelled = [x for x, f in zip(labelled, found, strict=True) if f is not None]
+    feats = [f for f in found if f is not None]
+    if not labelled:
+        raise DataError(f"{cfg.model}'s chat template cannot split any row into its steps")
+    # 2) split by task
+    held = [_holdout(r.task_id, cfg.holdout, cfg.seed) for r, _, _ in labelled]
 
     def stack(hold: bool) -> tuple[Any, Any]:
         xs = [f for f, h in zip(feats, held, strict=True) if h == hold]
@@ -244,6 +257,7 @@ def train_prm(rows: Sequence[Trajectory], out: str | Path, cfg: PRMConfig) -> PR
         train_tasks=len({r.task_id for (r, _, _), h in zip(labelled, held, strict=True) if not h}),
         holdout_tasks=len({r.task_id for (r, _, _), h in zip(labelled, held, strict=True) if h}),
         positive_share=float((y_train >= 0.5).float().mean()),
+        unreadable_rows=unreadable,
         train_auc=train_auc,
         holdout_auc=hold_auc,
         holdout_bce=hold_bce,
@@ -282,6 +296,7 @@ class StepScorer:
         self.encoder = encoder
         self.head = head.eval().requires_grad_(False)
         self.info = info
+        self.unreadable = 0
 
     @staticmethod
     def check(path: str | Path) -> dict[str, Any]:
@@ -312,7 +327,8 @@ class StepScorer:
         return cls(encoder, head, info)
 
     def score(self, rows: Sequence[Trajectory]) -> list[list[float]]:
-        """p_t per assistant step of each row."""
+        """p_t per assistant step of each row (0.5, no opinion, for every step of a row the
+        encoder's template cannot split into its steps; counted in ``unreadable``)."""
         import torch
 
         steps = [list(range(len(r.assistant_steps()))) for r in rows]
@@ -321,7 +337,11 @@ class StepScorer:
         feats = _featurize(self.encoder, [rows[i] for i in live], [steps[i] for i in live])
         with torch.no_grad():
             for i, f in zip(live, feats, strict=True):
-                out[i] = torch.sigmoid(self.head(f).squeeze(-1)).tolist()
+                if f is None:
+                    self.unreadable += 1
+                    out[i] = [0.5] * len(steps[i])
+                else:
+                    out[i] = torch.sigmoid(self.head(f).squeeze(-1)).tolist()
         return out
 
 
@@ -357,6 +377,7 @@ class AgentPRM:
             if adv is not None:
                 kept += list(zip(group, adv, strict=True))
         metrics["prm_score_mean"] = sum(all_scores) / max(1, len(all_scores))
+        metrics["prm_unreadable"] = float(getattr(self.scorer, "unreadable", 0))
         if len(all_labels) == len(all_scores):
             batch_auc = auc(all_scores, all_labels)
             if batch_auc is not None:
