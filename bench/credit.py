@@ -233,13 +233,13 @@ def main() -> None:
     ap.add_argument("--heldout", type=int, default=32)
     ap.add_argument("--sft-steps", type=int, default=400)
     ap.add_argument("--prm-tasks", type=int, default=48, help="Warm-up tasks the PRM sees.")
-    ap.add_argument("--iterations", type=int, default=6)
+    ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--tasks-per-step", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--prm-lr", type=float, default=1e-4, help="iStar's π_φ learning rate.")
     ap.add_argument("--filter-variance", type=float, default=None)
-    ap.add_argument("--eval-samples", type=int, default=2)
+    ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=1024, help="SFT tokens per packed row.")
     ap.add_argument("--work", default=None, help="Keep checkpoints here (default: a temp dir).")
@@ -259,7 +259,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        prep = warm_up(work, args)
+        saved = work / "prep.json"
+        if saved.is_file() and (work / "prm" / "prm.json").is_file():
+            prep = json.loads(saved.read_text())  # a kept --work folder: its warm-up
+            print(f"warm-up and PRM reused from {work}")
+        else:
+            prep = warm_up(work, args)
+            saved.write_text(json.dumps(prep))
         names = ["start", *args.estimators.split(",")]
         runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
         base = {k: v for k, v in vars(args).items() if k not in ("one", "work")}
