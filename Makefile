@@ -46,10 +46,21 @@ demo: install
 	$(TS) run pipelines/looptool.yaml --out runs/demo
 
 ## the test suite (what CI runs, through .ci/run): two worker processes (pytest-xdist), then
-## the tests that measure time or exhaust a shared limit alone (`serial`, tests/conftest.py)
+## the tests that read what the CLI prints (`console`) on a 60-column terminal with a temporary
+## folder whose path is over 120 characters (output must not depend on either), then the tests
+## that measure time or exhaust a shared limit alone (`serial`); see tests/conftest.py. Every
+## part runs even when one before it failed; the exit is non-zero when any did. The parts share
+## one cache of converted models (TRAJSYNTH_TEST_MODELS), so SmolLM2 is converted once.
+CONSOLE_TMP ?= $(or $(TMPDIR),/tmp)/trajsynth-console-tests/a-temporary-folder-with-a-long-path/as-pytest-makes-on-machines-with-long-home-or-temp-folders
+CONSOLE_ENV = COLUMNS=60 TMPDIR=$(CONSOLE_TMP)
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not serial"
-	$(BIN)/python -m pytest -q -m serial
+	status=0; mkdir -p $(CONSOLE_TMP); models=$$(mktemp -d $(CONSOLE_TMP)/models.XXXXXX); \
+	export TRAJSYNTH_TEST_MODELS=$$models; \
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not serial and not console" || status=1; \
+	$(CONSOLE_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "console and not serial" \
+		|| status=1; \
+	COLUMNS=60 $(BIN)/python -m pytest -q -m serial || status=1; \
+	rm -rf $$models; exit $$status
 
 lint: install
 	$(BIN)/ruff check trajsynth tests bench

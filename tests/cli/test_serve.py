@@ -22,7 +22,7 @@ def _cli(
     import os
 
     path = [str(REPO)] + ([str(extra_path)] if extra_path else [])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), COLUMNS="200")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     return subprocess.run(
         [sys.executable, "-m", "trajsynth", *args],
         capture_output=True,
@@ -37,7 +37,7 @@ def _cli(
     ("args", "message"),
     [
         (["--backend", "local"], "--backend local needs --model PATH"),
-        (["--backend", "vllm"], "--backend 'vllm': choose sim or local"),
+        (["--backend", "vllm"], "Invalid value for '--backend': Value error, 'vllm' is not one"),
         (["--fault-rate", "2"], "--fault-rate 2.0: must be between 0 and 1"),
         (["--fault-mix", "429,boom"], "--fault-mix ['boom']"),
         (["--latency-ms", "fast"], "--latency-ms 'fast'"),

@@ -200,3 +200,14 @@ def test_tools_never_mutate_records_in_place(domain: str) -> None:
         env.restore(snap)
         assert canonical_json(env.state()) == text
         assert env.state_hash() == h
+
+
+def test_round_number_refuses_what_a_decimal_cannot_hold() -> None:
+    from trajsynth.envs import EnvFactory
+
+    env = EnvFactory().make("math", seed=0)
+    env.reset()
+    for value in (1e30, float("inf")):
+        result = env.call("round_number", {"value": value, "digits": 5})
+        assert not result.ok and result.error["type"] == "invalid_value"  # not a tool crash
+    assert env.call("round_number", {"value": 2.345, "digits": 2}).output["result"] == 2.34

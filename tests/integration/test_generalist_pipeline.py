@@ -55,6 +55,7 @@ def test_every_collection_becomes_a_domain_without_bfcl_names(collections: Path)
 SMALL = [
     "stages.tasks.with.domains=[toolalpaca,tau_retail]",
     "stages.tasks.with.tasks_per_domain=10",
+    "stages.tasks.with.tasks_per_tool=null",
     "stages.train.with.sft.model=tiny",
     "stages.train.with.sft.max_minutes=null",
     "stages.train.with.sft.max_steps=4",

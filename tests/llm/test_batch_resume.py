@@ -89,7 +89,7 @@ def test_killed_run_collects_its_batches_and_writes_every_row_once(
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(spec(server.base_url, "openai_batch")))
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "trajsynth", "run", str(tmp_path / "p.yaml"), "--out", str(out)]
-    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
 
     # 1) the first run, killed once a batch it recorded is in flight (and at least one done)
     first = subprocess.Popen(

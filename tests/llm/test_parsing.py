@@ -9,6 +9,7 @@ import json
 import keyword
 import random
 import string
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -289,3 +290,87 @@ def test_pathological_outputs_are_fast_and_lone_surrogates_are_cleaned() -> None
         (r.content or "").encode("utf-8")
         (r.reasoning or "").encode("utf-8")
     assert parse_output("Done \ud83d").content == "Done \ufffd"
+
+
+# -- bounded work: no regular expression on model text, long outputs off the event loop ------
+
+
+def test_the_parser_reads_model_text_without_regular_expressions() -> None:
+    """Tags and fences are found with ``str.find``: a backtracking pattern on a fence took
+    minutes on 100,000 characters (issue 23), so the parser imports no regex engine."""
+    import ast
+    from pathlib import Path
+
+    import trajsynth.llm.parsing as parsing
+
+    tree = ast.parse(Path(parsing.__file__).read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not imported & {"re", "regex"}
+
+
+def test_fences_tags_and_oversized_lists_keep_their_meaning() -> None:
+    # a fenced block, with or without a language tag; an unclosed fence is prose
+    for text in [
+        '```json\n[{"name": "a", "arguments": {}}]\n```',
+        '```[{"name": "a", "arguments": {}}]```',
+    ]:
+        assert [c.name for c in parse_output(text).calls] == ["a"]
+    r = parse_output("```" + "x" * 5000)
+    assert r.calls == [] and r.errors == [] and r.content == "```" + "x" * 5000
+    # an unclosed <think> ends where a call starts; blocks many times over are read once each
+    r = parse_output('<think>hm <tool_call>{"name": "f", "arguments": {}}</tool_call>')
+    assert r.reasoning == "hm" and [c.name for c in r.calls] == ["f"]
+    r = parse_output("<think>a</think><think>b</think>" * 3 + "done")
+    assert r.reasoning == "a\nb\na\nb\na\nb" and r.content == "done"
+    # more pythonic calls than are read: the first 64 and one error for the rest
+    r = parse_output("[" + ", ".join(f"f(i={i})" for i in range(70)) + "]")
+    assert len(r.calls) == 64 and r.errors == ["6 more pythonic tool calls not read"]
+    # a pythonic list too large for Python's parser: one error, not minutes
+    r = parse_output("[" + "f(a=1, b='x'), " * 1000 + "g()]")
+    assert r.calls == [] and len(r.errors) == 1 and "too large to read" in r.errors[0]
+    # a broken JSON list with a valid element of 50,000 characters: that element is read
+    big = json.dumps({"name": "write", "arguments": {"text": "y" * 50_000}})
+    r = parse_output(f'[{big}, {{"name": "g", "arguments": {{"a": 1,}}')
+    assert [c.name for c in r.calls] == ["write", "g"]
+    assert json.loads(r.calls[0].arguments)["text"] == "y" * 50_000
+
+
+def test_long_outputs_are_parsed_off_the_event_loop(monkeypatch: Any) -> None:
+    """An output over ``OFF_LOOP_CHARS`` is parsed in a worker thread: the loop keeps
+    running meanwhile (here it must run a task before the parse may finish); a short one is
+    parsed in place."""
+    import asyncio
+    import threading
+
+    from trajsynth.llm import parsing
+    from trajsynth.llm.scripted import scripted_client
+
+    real = parsing.parse_output
+    ticked = threading.Event()
+    seen: list[tuple[int, bool, bool]] = []
+
+    def spy(content: Any, *args: Any, **kwargs: Any) -> Any:
+        on_loop = threading.current_thread() is threading.main_thread()
+        # a parse on the loop's thread blocks the loop, so the tick never comes
+        waited = ticked.wait(5) if len(content or "") > parsing.OFF_LOOP_CHARS else True
+        seen.append((len(content or ""), on_loop, waited))
+        return real(content, *args, **kwargs)
+
+    monkeypatch.setattr(parsing, "parse_output", spy)
+    long = "```" + "x" * 50_000
+    client = scripted_client("t", lambda req: req.messages[-1]["content"])
+
+    async def tick() -> None:
+        await asyncio.sleep(0.05)
+        ticked.set()
+
+    async def main() -> tuple[Any, Any]:
+        short = await client.chat([{"role": "user", "content": "hello"}])
+        got, _ = await asyncio.gather(client.chat([{"role": "user", "content": long}]), tick())
+        return short, got
+
+    short, got = asyncio.run(main())
+    assert seen == [(5, True, True), (len(long), False, True)]
+    assert short.choices[0].message.content == "hello"
+    assert got.choices[0].message.content == long

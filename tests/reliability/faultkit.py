@@ -4,7 +4,12 @@
   mixtures of tags, brackets, quotes, escapes (surrogate halves included), near misses of
   valid calls in every format, pathological runs (``<tool_call>`` + 40,000 ``{``, deep lists,
   thousands of tags) and native calls with malformed or deeply nested arguments;
-- :func:`fuzz_parser` — runs them through ``parse_output``: crashes and slow outputs;
+- :func:`long_outputs` — long adversarial outputs up to the parser's 200,000-character cap:
+  backtick fences followed by letters, newlines or spaces, unclosed ``<think>`` and
+  ``<tool_call>`` tags repeated, deep brackets, long pythonic calls, repeated near-JSON,
+  quotes, escapes, surrogates;
+- :func:`fuzz_parser` — runs them through ``parse_output``: crashes and slow outputs (each
+  parse stopped by :func:`cpu_limit` if it runs away);
 - :class:`FaultProxy` — an OpenAI-compatible proxy on 127.0.0.1 in front of a real endpoint
   (``trajsynth serve``) that answers a seeded fraction of requests with a fault instead:
   ``429`` (with or without ``retry-after``), ``500``, ``hang`` (no answer until ``hang_s``),
@@ -18,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import random
+import signal
 import threading
 import time
 from collections import Counter
@@ -119,36 +126,156 @@ def fuzz_outputs(count: int, seed: int = 0) -> Iterator[tuple[str | None, list[d
         yield text, native
 
 
-def fuzz_parser(count: int, seed: int = 0, slow_s: float = 1.0) -> dict[str, Any]:
-    """Run ``count`` fuzzed outputs through ``parse_output``: crashes, slow ones, the slowest.
+#: long adversarial outputs: name → one repeated unit (or a head, a unit and a tail), built
+#: to the length asked; each one is a shape that made some parser (a backtracking pattern,
+#: a repair library, a recursive reader, a pure-Python scan) slow or deep
+_LONG: dict[str, tuple[str, str, str]] = {
+    "fence + letters": ("```", "x", ""),  # issue 23: the fence pattern's backtracking
+    "fence + newlines": ("```", "\n", ""),
+    "fence + spaces": ("```", " ", ""),
+    "fence json + deep list": ("```json\n", "[", "\n```"),
+    "fence + letters, closed": ("```", "x", "```"),
+    "fences repeated": ("", "```json\n", ""),
+    "unclosed <think> repeated": ("", "<think>", ""),
+    "<think> + text": ("<think>", "a", ""),
+    "<think></think> repeated": ("", "<think></think>", ""),
+    "<think> + <tool_call> repeated": ("", "<think><tool_call>", ""),
+    "unclosed <tool_call> repeated": ("", "<tool_call>", ""),
+    "<tool_call>{ repeated": ("", "<tool_call>{", ""),
+    "<tool_call> + deep object": ("<tool_call>", "{", ""),
+    "<tool_call> + repair bomb": ("<tool_call>", '1]{ "', ""),
+    "empty <tool_call> blocks": ("", "<tool_call></tool_call>", ""),
+    "near-JSON <tool_call> blocks": (
+        "",
+        "<tool_call>{'name': 'f', 'arguments': {'a': 1,},}</tool_call>",
+        "",
+    ),
+    "deep list": ("", "[", ""),
+    "deep object": ("", '{"a":', ""),
+    "deep parentheses": ("", "(", ""),
+    "nested pythonic calls": ("", "[f(", ""),
+    "balanced deep list": ("", "[", "]"),  # the tail is repeated too (see long_outputs)
+    "long pythonic list": ("[", "f(a=1, b='x'), ", "g()]"),
+    "long pythonic argument": ('[f(a="', "x", '")]'),
+    "pythonic list argument": ("[f(a=[", "1, ", "])]"),
+    "dotted name": ("", "a.", "b()"),
+    "JSON call list, unclosed": ("[", '{"name": "f", "arguments": {}}, ', ""),
+    "JSON call list, closed": ("[", '{"name": "f", "arguments": {"a": 1}}, ', "{}]"),
+    "near-JSON call list": ("[", "{'name': 'f', 'arguments': {'a': 1,}}, ", ""),
+    "near-JSON repair bomb list": ("[", '1]{ "', ""),
+    "JSON call, long argument": ('[{"name": "f", "arguments": {"a": "', "x", '"}}]'),
+    "JSON call, unclosed string": ('{"name": "f", "arguments": {"a": "', "x", ""),
+    "JSON call + backslashes": ('[{"name": "f", "arguments": "', "\\", ""),
+    "JSON call + spaces": ('[{"name": "f", "arguments": {}} ', " ", ""),
+    "JSON call + deep list": ('[{"name": "f", "arguments": ', "[", ""),
+    "JSON call + quotes": ('[{"name": "f", "arguments": ', '"', ""),
+    "JSON call, unclosed list argument": ('[{"name": "f", "arguments": {"a": [', "1, ", ""),
+    "quotes": ("[", '"', ""),
+    "single quotes": ("[", "'", ""),
+    "backslashes in a string": ('["', "\\", ""),
+    "commas": ("[", ",", ""),
+    "lone surrogates": ("", "\ud83d", ""),
+    "escaped surrogates": ("<tool_call>", "\\ud83d", ""),
+    "NUL": ("", "\x00", ""),
+}
+
+
+def long_outputs(max_chars: int = 200_000) -> Iterator[tuple[str, str]]:
+    """``(name, text)`` for every shape of :data:`_LONG` at 1,000, 10,000 and 50,000
+    characters and at ``max_chars`` (the parser's input cap, 200,000: the longest output
+    it searches for calls)."""
+    for size in sorted({1_000, 10_000, 50_000, max_chars}):
+        if size > max_chars:
+            continue
+        for name, (head, unit, tail) in _LONG.items():
+            if name == "balanced deep list":
+                half = size // 2
+                yield name, unit * half + tail * half
+                continue
+            reps = max(1, (size - len(head) - len(tail)) // len(unit))
+            text = head + unit * reps + tail
+            yield name, text[:size]
+
+
+class CPULimit(BaseException):
+    """Raised by :func:`cpu_limit` (a BaseException: the parser's own ``except Exception``
+    must not swallow it)."""
+
+
+@contextlib.contextmanager
+def cpu_limit(seconds: float) -> Iterator[None]:
+    """Stop the block with :class:`CPULimit` once the process has used ``seconds`` of CPU
+    (``SIGPROF``; the regular-expression engine checks for signals, so a backtracking match
+    is stopped too). In the main thread only; elsewhere it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise CPULimit(f"over {seconds:g} s of CPU")
+
+    previous = signal.signal(signal.SIGPROF, stop)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def fuzz_parser(
+    count: int,
+    seed: int = 0,
+    slow_s: float = 1.0,
+    long_chars: int = 0,
+    limit_s: float = 10.0,
+) -> dict[str, Any]:
+    """Run ``count`` fuzzed outputs through ``parse_output``, then (with ``long_chars``) the
+    long adversarial ones of :func:`long_outputs` up to that size: crashes, slow ones, the
+    slowest.
 
     A parse is slow when it used more than ``slow_s`` of CPU (this thread's time): the
-    parser's own cost, which a loaded machine does not inflate; ``max_s`` is the longest wall
-    time, ``max_cpu_s`` the longest CPU time."""
+    parser's own cost, which a loaded machine does not inflate; one that runs past
+    ``limit_s`` of CPU is stopped there and counted slow (and as a crash), so that a parser
+    with a quadratic case fails in seconds instead of minutes. ``max_s`` is the longest
+    wall time, ``max_cpu_s`` the longest CPU time, ``max_chars`` the longest output tried
+    and ``slowest`` the name and size of the long output that took the most CPU."""
     from trajsynth.llm.parsing import parse_output
 
     crashes: list[str] = []
     slow = 0
     worst = worst_cpu = 0.0
-    chars = 0
-    for text, native in fuzz_outputs(count, seed):
+    chars = max_chars = seen = 0
+    slowest = ""
+    outputs: Iterator[tuple[str, str | None, list[dict] | None]] = (
+        ("", text, native) for text, native in fuzz_outputs(count, seed)
+    )
+    if long_chars:
+        long = ((f"{n} ({len(t):,} chars)", t, None) for n, t in long_outputs(long_chars))
+        outputs = itertools.chain(outputs, long)
+    for name, text, native in outputs:
         chars += len(text or "")
+        max_chars = max(max_chars, len(text or ""))
         t, cpu = time.perf_counter(), time.thread_time()
         try:
-            r = parse_output(text, native)
+            with cpu_limit(limit_s):
+                r = parse_output(text, native)
             for call in r.calls:  # what it returns is well formed and encodable
                 if native is None:  # (native calls are kept with malformed arguments)
                     json.loads(call.arguments)
                 (call.id + call.name + call.arguments).encode("utf-8")
             for part in (r.content, r.reasoning, *r.errors):
                 (part or "").encode("utf-8")
-        except Exception as exc:
-            crashes.append(f"{type(exc).__name__}: {exc}"[:200])
+        except (Exception, CPULimit) as exc:
+            crashes.append(f"{name or 'fuzzed'}: {type(exc).__name__}: {exc}"[:200])
         took, took_cpu = time.perf_counter() - t, time.thread_time() - cpu
+        if took_cpu > worst_cpu:
+            slowest = name or "a fuzzed output"
         worst, worst_cpu = max(worst, took), max(worst_cpu, took_cpu)
         slow += took_cpu > slow_s
-    return {"outputs": count, "chars": chars, "crashes": crashes, "slow": slow, "max_s": worst,
-            "max_cpu_s": worst_cpu}  # fmt: skip
+        seen += 1
+    return {"outputs": seen, "chars": chars, "crashes": crashes, "slow": slow, "max_s": worst,
+            "max_cpu_s": worst_cpu, "max_chars": max_chars, "slowest": slowest}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------

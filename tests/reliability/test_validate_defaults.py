@@ -36,7 +36,11 @@ def test_bad_defaults_fail_at_load(override: str, needle: str) -> None:
     assert needle in str(err.value.message)
 
 
-def test_every_builtin_pipeline_still_validates() -> None:
+def test_every_builtin_pipeline_still_validates(
+    external_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # generalist.yaml reads the tool collections from ${TRAJSYNTH_EXTERNAL}, which a user sets
+    monkeypatch.setenv("TRAJSYNTH_EXTERNAL", str(external_dir))
     for name in builtin_pipelines():
         load_pipeline(name)
 

@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 
 from trajsynth.core import CAPABILITIES, GroundTruth, to_records
-from trajsynth.envs import EnvFactory
+from trajsynth.core.surface import find
+from trajsynth.envs import EnvFactory, import_tools
 from trajsynth.envs.verifiers import check_call
 from trajsynth.llm.base import ChatRequest
 from trajsynth.llm.scripted import use_scripted
+from trajsynth.llm.sim.phrasing import quotes_description
 from trajsynth.stages import Context, ContextSpec, build_stage
-from trajsynth.stages.common.queries import reject_query
+from trajsynth.stages.common.queries import must_state, reject_query
 
 FACTORY = EnvFactory()
 BASE = {"graph": {"similarity": "lexical"}}
@@ -120,6 +122,39 @@ def test_requests_carry_values_and_never_name_functions(made) -> None:
     assert reject_query("Please call book_flight now", ["book_flight"], {}) == "names_function"
     assert reject_query("Book it", [], {"f.x": "SW101"}) == "missing_value"
     assert reject_query("Book SW101 for 2", [], {"f.x": "SW101", "f.n": 2.0}) is None
+    # a value in a form that maps back to it alone is stated; digits inside another are not
+    assert (
+        reject_query("Fly on March 5, 2024, two seats", [], {"f.d": "2024-03-05", "f.n": 2}) is None
+    )
+    assert reject_query("Fly on 2026-05-01", [], {"f.n": 2}) == "missing_value"
+    assert reject_query("Order #W1053", [], {"f.n": 5}) == "missing_value"
+
+
+def test_requests_on_imported_tools_never_quote_and_state_every_value(
+    external_dir, tmp_path
+) -> None:
+    """Tools nobody here wrote (tau-bench's, imported): no request repeats six words of a
+    tool's description, and each states every value the user must give."""
+    path = import_tools(external_dir / "tau-bench", "tau").save(tmp_path / "tau.json")
+    env = {"domains": [], "toolsets": {"tau": str(path)}}
+    stage = build_stage(
+        "magnet_tasks", {**BASE, "tasks_per_domain": 8, "max_candidates": 80, "distractors": 6}
+    )
+    ctx = Context(ContextSpec(stage_id="tasks", seed=0, env=env))
+    rows = [r for b in stage.generate(ctx, 0) for r in to_records(b)]
+    assert len(rows) == 8
+    values = 0
+    for r in rows:
+        gt = GroundTruth.from_json(r.ground_truth)
+        descriptions = [t["function"]["description"] for t in r.tools]
+        for turn in gt.turns:
+            assert not quotes_description(turn.request, descriptions), turn.request
+        for t, k, v in must_state(gt):
+            assert find(v, gt.turns[t].request, k) is not None, (gt.turns[t].request, k, v)
+            values += 1
+    assert values >= 8
+    counters = ctx.metrics.snapshot()["counters"]
+    assert not [k for k in counters if k.startswith("rejected_query.")]
 
 
 def test_merge_p1_gives_multi_call_turns_and_p0_single() -> None:
@@ -246,3 +281,14 @@ def test_distractors_drawn_from_a_range() -> None:
         assert needed <= offered
         extra.add(len(offered - needed))
     assert extra <= {0, 1, 2, 3} and len(extra) >= 3
+
+
+def test_tasks_per_tool_gives_large_domains_more_tasks() -> None:
+    rows, _ = synthesize(domains=["math", "messaging"], tasks_per_domain=2, tasks_per_tool=0.4)
+    sizes = {d: len(FACTORY.toolset(d)) for d in ("math", "messaging")}
+    made = {d: sum(r.domain == d for r in rows) for d in sizes}
+    assert made == {d: max(2, round(0.4 * n)) for d, n in sizes.items()}
+    assert (
+        build_stage("magnet_tasks", {"tasks_per_tool": 0.4, "domains": ["math"]}).expected_rows()
+        is None
+    )

@@ -345,7 +345,7 @@ def test_user_errors_are_one_message_and_a_nonzero_exit(
     blocker = tmp_path / "file"
     blocker.write_text("x")
     for args, needle in (
-        ([str(run / "dedup"), "-f", "csv", "-o", str(tmp_path / "o")], "unknown export format"),
+        ([str(run / "dedup"), "-f", "csv", "-o", str(tmp_path / "o")], "'csv' is not one of"),
         ([str(empty), "-f", "openai-ft", "-o", str(tmp_path / "o")], "holds no rows"),
         ([str(run / "dedup"), "-f", "verl", "-o", str(blocker / "sub")], "cannot write"),
         ([str(run / "dedup"), "-f", "hf", "-o", str(blocker / "sub")], "cannot write"),

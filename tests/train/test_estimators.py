@@ -185,7 +185,7 @@ def _train_grpo(
     [
         (["--advantage", "prm"], "advantage prm needs a trained step scorer: give --prm DIR"),
         (["--advantage", "prm", "--prm", "."], "is not a PRM folder"),
-        (["--advantage", "critic"], "advantage: Input should be"),
+        (["--advantage", "critic"], "'critic' is not one of"),
         (["--reward", "exact_match=0.5,agent_reward=0.3"], "sum to 0.8, not the declared total"),
         (["--reward", "exact"], "unknown reward term 'exact'"),
         (["--reward", "judge", "--set", "reward.judge.dimensions={completion: 2}"], "sum to 2"),

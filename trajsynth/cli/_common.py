@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -23,10 +27,68 @@ from ..pipeline.runner import Reporter, RunResult
 from ..pipeline.spec import ResolvedPipeline
 from ..store.manifest import StageState
 
-__all__ = ["RichReporter", "console", "err_console", "llm_usage_table", "summary_table"]
+__all__ = [
+    "CliConsole",
+    "Quiet",
+    "RichReporter",
+    "console",
+    "err_console",
+    "live_console",
+    "llm_usage_table",
+    "rerun_lines",
+    "summary_table",
+]
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+class CliConsole(Console):
+    """The consoles every command prints through.
+
+    A message is one line whatever the terminal's width (``soft_wrap``: a path or a count is
+    never broken across lines; the terminal folds a long line itself). Tables and panels fit
+    a terminal's width; written to a pipe, a file or a log (not a terminal), they get the
+    width they need instead of the 80 columns Rich assumes there, so every row stays whole
+    for ``grep`` and for whoever reads the log.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(highlight=False, soft_wrap=True, **kwargs)
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        needed = 0 if self.is_terminal else max(map(self._natural_width, objects), default=0)
+        if needed <= self.width:
+            super().print(*objects, **kwargs)
+            return
+        own = self._width  # None: follow the terminal (or COLUMNS)
+        self.width = needed
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self._width = own
+
+    def _natural_width(self, renderable: Any) -> int:
+        """Columns ``renderable`` takes unwrapped (0 for text, which soft-wraps anyway)."""
+        if isinstance(renderable, str):
+            return 0
+        options = self.options.update_width(10_000)
+        width = Measurement.get(self, options, renderable).maximum
+        title = getattr(renderable, "title", None)
+        if isinstance(title, str):  # a table's title wraps to the table's width
+            width = max(width, Text.from_markup(title).cell_len)
+        return min(width, 10_000)
+
+
+#: ``--quiet``/``-q`` of the commands that show progress
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
+
+console = CliConsole()
+err_console = CliConsole(stderr=True)
+
+
+def live_console() -> Console:
+    """The console of a live progress display (on a terminal only): lines wrap at the
+    terminal's width, since the display redraws by counting them (a soft-wrapped line longer
+    than the terminal would throw the count off)."""
+    return Console(stderr=True, highlight=False)
 
 
 class RowsPerSecond(ProgressColumn):
@@ -55,12 +117,13 @@ class RichReporter(Reporter):
             RowsPerSecond(),
             TimeElapsedColumn(),
             TextColumn("[yellow]{task.fields[note]}"),
-            console=err_console,
+            console=live_console() if self.live else err_console,
             transient=False,
             disable=not self.live,
         )
         self.tasks: dict[str, TaskID] = {}
         self.started: dict[str, float] = {}
+        self.notes: dict[str, str] = {}
 
     def run_started(self, pipeline: ResolvedPipeline, run_dir: Path) -> None:
         if not self.quiet:
@@ -71,8 +134,10 @@ class RichReporter(Reporter):
         self, stage_id: str, uses: str, kind: str, total_rows: int | None, note: str
     ) -> None:
         self.started[stage_id] = time.perf_counter()
+        self.notes[stage_id] = note  # why it runs again: said in full on its result line
+        shown = "" if not note else ("resuming" if note.startswith("it ") else "rerun")
         self.tasks[stage_id] = self.progress.add_task(
-            "", total=total_rows, stage=stage_id, uses=uses, note=note
+            "", total=total_rows, stage=stage_id, uses=uses, note=shown
         )
 
     def advance(self, stage_id: str, rows: int) -> None:
@@ -101,8 +166,12 @@ class RichReporter(Reporter):
             line = (
                 f"[green]✓[/] {stage_id} ({state.uses}): {state.rows_in:,} → {rows:,} rows"
                 f"{note}{extra} in {secs:.1f}s ({rate:,.0f} rows/s)"
-                + (" — resumed" if outcome == "resumed" else "")
             )
+            why = self.notes.get(stage_id, "")
+            if outcome == "resumed":
+                line += " [yellow]— resumed[/]" + (f" ({escape(why)})" if why else "")
+            elif why:
+                line += f" [yellow]— reran: {escape(why)}[/]"
         if self.live:
             self.progress.console.print(line)
         else:
@@ -116,22 +185,31 @@ class RichReporter(Reporter):
 
 
 def summary_table(result: RunResult) -> Table:
+    """One row per stage: cached, ran, reran (:func:`rerun_lines` says why) or resumed, its
+    rows and seconds."""
     table = Table(title=f"run {result.manifest.run_id}", title_justify="left")
     for col in ("stage", "uses", "status", "rows in", "rows out", "seconds"):
         table.add_column(col, justify="right" if col.startswith(("rows", "sec")) else "left")
     for sid, st in result.manifest.stages.items():
-        status = (
-            "cached" if sid in result.skipped else ("resumed" if sid in result.resumed else "ran")
-        )
-        table.add_row(
-            sid,
-            st.uses,
-            status,
-            f"{st.rows_in:,}",
-            f"{st.rows_out():,}",
-            f"{st.seconds:.1f}",
-        )
+        if sid in result.skipped:
+            status = "cached"
+        elif sid in result.resumed:
+            status = "resumed"
+        else:
+            status = "reran" if sid in result.reasons else "ran"
+        row = [sid, st.uses, status, f"{st.rows_in:,}", f"{st.rows_out():,}", f"{st.seconds:.1f}"]
+        table.add_row(*row)
     return table
+
+
+def rerun_lines(result: RunResult) -> list[str]:
+    """One line per stage that ran before and ran again in this run, saying why (which file
+    changed on disk, with its fingerprints; which input or setting): a line each, not a
+    column, so that a path is never squeezed into a narrow one."""
+    return [
+        f"[yellow]{escape(sid)} {'resumed' if sid in result.resumed else 'reran'}:[/] {escape(why)}"
+        for sid, why in result.reasons.items()
+    ]
 
 
 def llm_usage_table(result: RunResult) -> Table | None:

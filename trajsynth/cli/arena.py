@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -26,11 +26,11 @@ from ._common import console
 
 arena_app = typer.Typer(
     name="arena",
-    help="ASTRA-style arenas: package verified tasks as self-contained RL environments.",
+    help="Package verified tasks as self-contained RL arenas.",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )
-app.add_typer(arena_app, name="arena")
+app.add_typer(arena_app, name="arena", rich_help_panel="Tools and environments")
 
 
 @arena_app.command("pack")
@@ -38,19 +38,21 @@ def pack(
     path: Annotated[Path, typer.Argument(help="Trajectory shards (file, folder or glob).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the packages.")] = ...,  # type: ignore[assignment]
     code: Annotated[
-        str, typer.Option(help="table (generated mock-data code) or reference (built-in tools).")
+        Literal["table", "reference"],
+        typer.Option(help="table (generated mock-data code) or reference (built-in tools)."),
     ] = "table",
     distractors: Annotated[int, typer.Option(help="Look-alike tools added per arena.")] = 3,
     limit: Annotated[int | None, typer.Option(help="Pack at most this many.")] = None,
 ) -> None:
-    """Package verified trajectories as arenas (one JSON file each); code is checked in the
-    sandbox against the gold outputs, and rows that fail are listed by reason."""
+    """Package verified trajectories as arenas (ASTRA-style).
+
+    One JSON file each; the arena's code is checked in the sandbox against the gold outputs,
+    and the rows that fail are listed by reason.
+    """
     from ..envs.arena import ArenaError, ArenaPackage, pack_arena
     from ..envs.sandbox import Sandbox
     from ..store.shards import read_records
 
-    if code not in ("table", "reference"):
-        raise UserError(f"--code {code!r}: choose table or reference")
     rows = read_records(path)
     if not rows:
         raise UserError(f"{path} holds no rows")
@@ -101,7 +103,11 @@ def check(
     folder: Annotated[Path, typer.Argument(help="A folder of arena packages.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Verify every package: checksum, gold calls reproduced by its tools, gold reward 1."""
+    """Verify arena packages (checksums, gold reward 1).
+
+    For every package: its checksum, the gold calls reproduced by its tools, a gold reward
+    of 1.
+    """
     from ..envs.arena import arena_reward, load_arenas, validate_package
     from ..envs.sandbox import Sandbox
 

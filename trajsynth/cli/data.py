@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.panel import Panel
@@ -14,15 +14,22 @@ from ..core.errors import UserError
 from . import app
 from ._common import console
 
+#: ``trajsynth.store.export.EXPORT_FORMATS``, spelled out so that ``--help`` does not import
+#: the store's exporters (a test checks the two agree)
+ExportFormat = Literal["trl", "jsonl", "hf", "dpo", "steca", "verl", "openai-ft"]
 
-@app.command()
+
+@app.command(rich_help_panel="Data")
 def stats(
     path: Annotated[Path, typer.Argument(help="Shard file, folder or glob.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Rows, success rate, breakdowns by method, domain, difficulty and capability, quality
-    and difficulty histograms, clusters, and (for a run or stage folder) what the quality
-    stages dropped."""
+    """Rows, success rates, breakdowns and histograms of shards.
+
+    Breakdowns by method, domain, difficulty and capability; quality and difficulty
+    histograms; clusters; pass@k; and, for a run or stage folder, what the quality stages
+    dropped.
+    """
     from ..quality.stats import STATS_COLUMNS, dataset_stats, manifest_summary
     from ..store.integrity import verify_shards
     from ..store.shards import list_shards, read_table
@@ -91,14 +98,16 @@ def _clip(text: str | None, limit: int = 1200) -> str:
     return text if len(text) <= limit else text[:limit] + f" … (+{len(text) - limit} chars)"
 
 
-@app.command()
+@app.command(rich_help_panel="Data")
 def show(
     path: Annotated[Path, typer.Argument(help="Shard file, folder or glob.")],
-    id_: Annotated[str | None, typer.Option("--id", help="Row id (or a prefix).")] = None,
+    id_: Annotated[
+        str | None, typer.Option("--id", metavar="ID", help="Row id (or a prefix).")
+    ] = None,
     index: Annotated[int, typer.Option("--index", "-n", help="Row number if no --id.")] = 0,
     full: Annotated[bool, typer.Option("--full", help="Do not shorten long contents.")] = False,
 ) -> None:
-    """Render one trajectory readably: goal, turns, calls and results."""
+    """Render one trajectory: goal, turns, calls and results."""
     import pyarrow.compute as pc
 
     from ..core.batch import to_records
@@ -232,29 +241,36 @@ def dataset_card(path: Path, *, split: str = "train") -> str:
     return card_markdown(figures, title=title, usage=usage)
 
 
-@app.command()
+@app.command(rich_help_panel="Data")
 def export(
     path: Annotated[Path, typer.Argument(help="Shard file, folder or glob.")],
     fmt: Annotated[
-        str,
-        typer.Option("--format", "-f", help="trl | jsonl | hf | dpo | steca | verl | openai-ft"),
+        ExportFormat,
+        typer.Option(
+            "--format",
+            "-f",
+            help="trl, jsonl, hf, dpo, steca, verl or openai-ft (see above).",
+        ),
     ] = "trl",
     out: Annotated[Path, typer.Option("--out", "-o", help="Destination file or folder.")] = ...,  # type: ignore[assignment]
     split: Annotated[
-        str, typer.Option("--split", help="Split name (hf: the split; verl: extra_info.split).")
+        str,
+        typer.Option(
+            "--split", metavar="NAME", help="Split name (hf: the split; verl: extra_info.split)."
+        ),
     ] = "train",
     license_id: Annotated[
-        str, typer.Option("--license", help="hf: the license id in the dataset card.")
+        str, typer.Option("--license", metavar="ID", help="hf: the license id in the card.")
     ] = "other",
 ) -> None:
-    """Export for training tools: TRL/HF chat datasets (hf: a folder with a dataset card of
-    the run's figures), DPO pairs, STeCa records, verl RL Parquet, OpenAI fine-tuning JSONL,
-    or full JSONL records."""
-    from ..store.export import EXPORT_FORMATS
+    """Export shards for training tools (TRL, HF, DPO, verl, ...).
+
+    Formats: trl (TRL/HF chat JSONL), hf (a datasets folder with a dataset card of the run's
+    figures), dpo (preference pairs), steca (STeCa records), verl (RL Parquet), openai-ft
+    (OpenAI fine-tuning JSONL) and jsonl (full records).
+    """
     from ..store.export import export as do_export
 
-    if fmt not in EXPORT_FORMATS:
-        raise UserError(f"unknown export format {fmt!r}; choose one of {list(EXPORT_FORMATS)}")
     card = None
     if fmt == "hf":
         from ..store.integrity import verify_shards

@@ -7,7 +7,7 @@ r"""``trajsynth import``: bring trajectories written by others into trajsynth sh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -17,10 +17,11 @@ from ._common import console
 
 import_app = typer.Typer(
     name="import",
-    help="Import trajectories written by others (tau-bench, ...) as trajsynth shards.",
+    help="Import trajectories written by others as shards.",
     no_args_is_help=True,
+    rich_markup_mode="rich",
 )
-app.add_typer(import_app, name="import")
+app.add_typer(import_app, name="import", rich_help_panel="Data")
 
 
 @import_app.command("tau-trajectories")
@@ -31,11 +32,15 @@ def tau_trajectories_cmd(
         Path | None, typer.Option(help="The domain's tools_openai.json (found next to SRC).")
     ] = None,
     domain: Annotated[
-        str | None, typer.Option(help="airline or retail (default: from the file name).")
+        Literal["airline", "retail"] | None,
+        typer.Option(help="The tau-bench domain (default: from the file name)."),
     ] = None,
 ) -> None:
-    """tau-bench runs → one row each: messages, tools, gold actions, tau-bench's reward,
-    pass counts per task."""
+    """Import tau-bench runs, one row each.
+
+    Each row holds the run's messages, tools, gold actions, tau-bench's reward and the pass
+    counts of its task.
+    """
     from ..store.importers import tau_trajectories, write_rows
 
     rows = tau_trajectories(src, tools=tools, domain=domain)

@@ -20,11 +20,12 @@ from . import app
 from ._common import console, err_console
 
 models_app = typer.Typer(
-    help="Models --model accepts by name: list them, prepare one.",
+    help="List the models --model accepts by name; prepare one.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode="rich",
 )
-app.add_typer(models_app, name="models")
+app.add_typer(models_app, name="models", rich_help_panel="Training")
 
 
 @models_app.command("list")
@@ -55,7 +56,10 @@ def pull_model(
     name: Annotated[str, typer.Argument(help="A registered model name (see `models list`).")],
     force: Annotated[bool, typer.Option("--force", help="Prepare it again.")] = False,
 ) -> None:
-    """Prepare a registered model in the cache (once) and print its folder."""
+    """Prepare a registered model in the cache (once).
+
+    Prints the model's folder.
+    """
     from ..llm.models import MODELS, entry_folder, model_status, pull
 
     entry = MODELS.get(name)

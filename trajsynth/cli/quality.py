@@ -17,50 +17,92 @@ from rich.table import Table
 
 from ..core.errors import InputNotFoundError
 from . import app
-from ._common import console
+from ._common import Quiet, console
 
 __all__ = ["collect_report", "print_quality_stats", "resolve_data_path"]
 
 InPath = Annotated[Path, typer.Argument(help="Input shards: a file, a folder or a glob.")]
 OutPath = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Force = Annotated[bool, typer.Option("--force", help="Rerun even if unchanged.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
+#: the panels options are grouped in (``--help``)
+RULES = "Rules"
+THRESHOLDS = "Thresholds"
+DUPLICATES = "Duplicates"
 
 
 def _metrics(result: Any, name: str) -> dict[str, Any]:
     return result.manifest.stages[name].metrics or {}
 
 
-@app.command("filter")
+@app.command("filter", rich_help_panel="Quality")
 def filter_cmd(
     path: InPath,
     out: OutPath = ...,  # type: ignore[assignment]
     min_quality: Annotated[
-        float, typer.Option(help="Drop rows whose quality_score is below this.")
+        float,
+        typer.Option(
+            help="Drop rows whose quality_score is below this.", rich_help_panel=THRESHOLDS
+        ),
     ] = 0.7,
-    min_coherence: Annotated[float, typer.Option(help="Coherence threshold.")] = 0.5,
-    min_turns: Annotated[int, typer.Option(help="Successes need at least this many turns.")] = 2,
-    max_calls: Annotated[int, typer.Option(help="Successes may make at most this many calls.")] = 8,
+    min_coherence: Annotated[
+        float, typer.Option(help="Coherence threshold.", rich_help_panel=THRESHOLDS)
+    ] = 0.5,
+    min_turns: Annotated[
+        int,
+        typer.Option(help="Successes need at least this many turns.", rich_help_panel=THRESHOLDS),
+    ] = 2,
+    max_calls: Annotated[
+        int,
+        typer.Option(
+            help="Successes may make at most this many calls.", rich_help_panel=THRESHOLDS
+        ),
+    ] = 8,
     invalid_calls: Annotated[
-        bool, typer.Option("--invalid-calls/--no-invalid-calls", help="Rule: invalid calls.")
+        bool,
+        typer.Option(
+            "--invalid-calls/--no-invalid-calls",
+            help="Drop rows with invalid calls.",
+            rich_help_panel=RULES,
+        ),
     ] = True,
     incoherent: Annotated[
-        bool, typer.Option("--incoherent/--no-incoherent", help="Rule: incoherent.")
+        bool,
+        typer.Option(
+            "--incoherent/--no-incoherent",
+            help="Drop incoherent rows (below --min-coherence).",
+            rich_help_panel=RULES,
+        ),
     ] = True,
     too_easy: Annotated[
-        bool, typer.Option("--too-easy/--no-too-easy", help="Rule: success in < min-turns.")
+        bool,
+        typer.Option(
+            "--too-easy/--no-too-easy",
+            help="Drop successes in fewer than --min-turns turns.",
+            rich_help_panel=RULES,
+        ),
     ] = True,
     inefficient: Annotated[
-        bool, typer.Option("--inefficient/--no-inefficient", help="Rule: success, > max-calls.")
+        bool,
+        typer.Option(
+            "--inefficient/--no-inefficient",
+            help="Drop successes with more than --max-calls calls.",
+            rich_help_panel=RULES,
+        ),
     ] = True,
     low_quality: Annotated[
-        bool, typer.Option("--low-quality/--no-low-quality", help="Rule: below min-quality.")
+        bool,
+        typer.Option(
+            "--low-quality/--no-low-quality",
+            help="Drop rows below --min-quality.",
+            rich_help_panel=RULES,
+        ),
     ] = True,
     require_success: Annotated[
         bool,
         typer.Option(
             "--require-success/--keep-unsuccessful",
-            help="Rule: drop rows whose success is not true (failed or never verified).",
+            help="Drop rows whose success is not true (failed or never verified).",
+            rich_help_panel=RULES,
         ),
     ] = True,
     keep_rejected: Annotated[
@@ -69,7 +111,7 @@ def filter_cmd(
     force: Force = False,
     quiet: Quiet = False,
 ) -> None:
-    """Drop invalid, incoherent, too-easy, inefficient, low-quality and unverified trajectories.
+    """Drop invalid, incoherent, easy, low-quality and unverified rows.
 
     Prints how many rows each rule dropped (first failing rule) and rejects (any); the same
     counts are stored in OUT/manifest.json.
@@ -142,27 +184,51 @@ def filter_cmd(
         )
 
 
-@app.command("dedup")
+@app.command("dedup", rich_help_panel="Quality")
 def dedup_cmd(
     path: InPath,
     out: OutPath = ...,  # type: ignore[assignment]
     threshold: Annotated[
-        float, typer.Option(help="Jaccard similarity of near duplicates (goal + skeleton).")
+        float,
+        typer.Option(
+            help="Jaccard similarity of near duplicates (goal + skeleton).",
+            rich_help_panel=DUPLICATES,
+        ),
     ] = 0.85,
     semantic: Annotated[
-        bool, typer.Option("--semantic", help="Also drop semantic duplicates (embeddings).")
+        bool,
+        typer.Option(
+            "--semantic",
+            help="Also drop semantic duplicates (embeddings).",
+            rich_help_panel=DUPLICATES,
+        ),
     ] = False,
     semantic_threshold: Annotated[
-        float, typer.Option(help="Cosine similarity of semantic duplicates.")
+        float,
+        typer.Option(help="Cosine similarity of semantic duplicates.", rich_help_panel=DUPLICATES),
     ] = 0.95,
-    exact: Annotated[bool, typer.Option("--exact/--no-exact", help="Exact duplicates.")] = True,
-    near: Annotated[bool, typer.Option("--near/--no-near", help="Near duplicates.")] = True,
-    num_perm: Annotated[int, typer.Option(help="MinHash permutations.")] = 128,
+    exact: Annotated[
+        bool,
+        typer.Option(
+            "--exact/--no-exact", help="Drop exact duplicates.", rich_help_panel=DUPLICATES
+        ),
+    ] = True,
+    near: Annotated[
+        bool,
+        typer.Option("--near/--no-near", help="Drop near duplicates.", rich_help_panel=DUPLICATES),
+    ] = True,
+    num_perm: Annotated[
+        int, typer.Option(help="MinHash permutations.", rich_help_panel=DUPLICATES)
+    ] = 128,
     force: Force = False,
     quiet: Quiet = False,
 ) -> None:
-    """Remove exact, near (MinHash LSH) and optionally semantic duplicates; the copy with the
-    highest quality (then lowest id) survives."""
+    """Remove exact, near and (optionally) semantic duplicates.
+
+    Near duplicates are found with MinHash LSH over the goal and the call skeleton, semantic
+    ones with embeddings; of each group the copy with the highest quality (then the lowest
+    id) survives.
+    """
     from .run import run_single_stage
 
     sets = [
@@ -193,11 +259,13 @@ def dedup_cmd(
     console.print(table)
 
 
-@app.command("balance")
+@app.command("balance", rich_help_panel="Quality")
 def balance_cmd(
     path: InPath,
     out: OutPath = ...,  # type: ignore[assignment]
-    mix: Annotated[str, typer.Option(help="Shares of easy,medium,hard.")] = "0.3,0.5,0.2",
+    mix: Annotated[
+        str, typer.Option(metavar="EASY,MEDIUM,HARD", help="Shares of the difficulty buckets.")
+    ] = "0.3,0.5,0.2",
     size: Annotated[int | None, typer.Option(help="Rows wanted (default: all).")] = None,
     keep_all: Annotated[
         bool,
@@ -210,8 +278,11 @@ def balance_cmd(
     force: Force = False,
     quiet: Quiet = False,
 ) -> None:
-    """Sample to the difficulty mix (30/50/20 by default), spread across domains and clusters;
-    says by how much a bucket is short."""
+    """Sample to a difficulty mix across domains and clusters.
+
+    The mix is 30/50/20 (easy/medium/hard) by default; rows are spread across domains and
+    clusters, and a bucket with too few rows is reported with how many it lacks.
+    """
     from ..core.errors import ConfigError
     from ..stages.balance import parse_mix
     from .run import run_single_stage
@@ -447,15 +518,18 @@ def collect_report(run_dir: Path) -> Any:
     return data
 
 
-@app.command("report")
+@app.command("report", rich_help_panel="Quality")
 def report_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run folder (or a stage's output folder).")],
     out: Annotated[
         Path, typer.Option("--out", "-o", help="report.html, or report.md (+ PNG files).")
     ] = Path("report.html"),
 ) -> None:
-    """Quality report of a run: quality distribution, filter rules, dedup, difficulty mix
-    before/after balancing, clusters, success per capability."""
+    """Write a run's quality report (HTML, or Markdown + PNG).
+
+    The report shows the quality distribution, the filter rules, dedup, the difficulty mix
+    before and after balancing, clusters, and success per capability.
+    """
     from ..quality.report import render_report
 
     if not run_dir.exists():

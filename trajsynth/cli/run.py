@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.table import Table
 
 from ..core.errors import ConfigError, InputNotFoundError
 from . import app
-from ._common import RichReporter, console, err_console, llm_usage_table, summary_table
+from ._common import (
+    Quiet,
+    RichReporter,
+    console,
+    err_console,
+    llm_usage_table,
+    rerun_lines,
+    summary_table,
+)
 
 NoCacheOption = Annotated[
     bool,
@@ -33,21 +41,33 @@ if TYPE_CHECKING:
 
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Override a value: stages.<id>.with.<key>=VALUE, defaults.seed=3"),
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a value: stages.ID.with.KEY=VALUE, defaults.seed=3 (repeatable).",
+    ),
 ]
+#: the panels options are grouped in (``--help``)
+EXECUTION = "Execution"
 
 
-@app.command()
+@app.command(rich_help_panel="Pipelines")
 def run(
-    pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file.")],
+    pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file (or a built-in's name).")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder.")] = None,
     set_: SetOption = None,
-    force: Annotated[bool, typer.Option("--force", help="Rerun every stage.")] = False,
-    workers: Annotated[int | None, typer.Option(help="Processes for CPU-bound stages.")] = None,
-    executor: Annotated[
-        str | None, typer.Option(help="local | ray (map-stage units as Ray tasks).")
+    force: Annotated[
+        bool, typer.Option("--force", help="Rerun every stage.", rich_help_panel=EXECUTION)
+    ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Processes for CPU-bound stages.", rich_help_panel=EXECUTION),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+    executor: Annotated[
+        Literal["local", "ray"] | None,
+        typer.Option(help="Run map-stage units here or as Ray tasks.", rich_help_panel=EXECUTION),
+    ] = None,
+    quiet: Quiet = False,
     no_cache: NoCacheOption = False,
     max_infra_error_rate: Annotated[
         float | None,
@@ -57,6 +77,7 @@ def run(
             max=1.0,
             help="Largest share of a stage's rollouts lost to LLM endpoint failures before the "
             "run stops (a rerun plays them again); default defaults.max_infra_error_rate, 0.05.",
+            rich_help_panel=EXECUTION,
         ),
     ] = None,
     allow_unverified: Annotated[
@@ -69,10 +90,15 @@ def run(
         ),
     ] = False,
 ) -> None:
-    """Run a whole pipeline; unchanged stages are skipped, interrupted ones resume.
+    """Run a pipeline: unchanged stages are cached, others resume.
+
+    PIPELINE is a YAML file or a built-in pipeline's name (`trajsynth pipelines`). A stage
+    whose settings and inputs are unchanged since it finished is skipped; an interrupted one
+    resumes where it stopped; the summary says why each stage that ran before ran again.
 
     Exits 1 when the final output (the last stage that makes rows) is mostly unverified,
-    unless --allow-unverified (or defaults.allow_unverified) accepts it."""
+    unless --allow-unverified (or defaults.allow_unverified) accepts it.
+    """
     from ..pipeline.runner import Runner
     from ..pipeline.spec import load_pipeline
 
@@ -94,6 +120,8 @@ def run(
         reporter.close()
     if not quiet:
         console.print(summary_table(result))
+        for line in rerun_lines(result):
+            console.print(line)
         usage = llm_usage_table(result)
         if usage is not None:
             console.print(usage)
@@ -141,7 +169,7 @@ def infra_lines(result: RunResult) -> list[str]:
     return lines
 
 
-@app.command()
+@app.command(rich_help_panel="Pipelines")
 def stage(
     name: Annotated[str, typer.Argument(help="Stage name (see `trajsynth stages`).")],
     inputs: Annotated[
@@ -150,13 +178,21 @@ def stage(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = ...,  # type: ignore[assignment]
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Stage config KEY=VALUE (or defaults.KEY=VALUE)."),
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Stage config KEY=VALUE (or defaults.KEY=VALUE); repeatable.",
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rerun even if unchanged.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Quiet = False,
     no_cache: NoCacheOption = False,
 ) -> None:
-    """Run one stage on shards: `trajsynth stage sample --in data/raw --out data/s --set n=100`."""
+    """Run one stage on shards, as one step of a pipeline.
+
+    Example: `trajsynth stage sample --in data/raw --out data/s --set n=100`. The output
+    folder holds the shards and a manifest, so a rerun with the same inputs is cached.
+    """
     _no_llm_cache(no_cache)
     run_single_stage(name, inputs or [], out, set_ or [], force=force, quiet=quiet)
 
@@ -212,12 +248,15 @@ def run_single_stage(
     return result
 
 
-@app.command()
+@app.command(rich_help_panel="Pipelines")
 def validate(
-    pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file.")],
+    pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML file (or a built-in's name).")],
     set_: SetOption = None,
 ) -> None:
-    """Check a pipeline without running it (stages, configs, inputs, cycles, columns)."""
+    """Check a pipeline without running it.
+
+    Checks the stages, their configs, inputs, cycles and the columns each stage reads.
+    """
     from ..pipeline.spec import load_pipeline
 
     resolved = load_pipeline(pipeline, set_)
@@ -227,12 +266,12 @@ def validate(
     )
 
 
-@app.command("stages")
+@app.command("stages", rich_help_panel="Pipelines")
 def list_stages(
     name: Annotated[str | None, typer.Argument(help="Show one stage's config fields.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
 ) -> None:
-    """List registered stages with their one-line docs and config fields."""
+    """List the stages with their docs and config fields."""
     from ..stages import get_stage, load_builtin_stages
 
     stages = load_builtin_stages()
@@ -265,9 +304,9 @@ def list_stages(
     console.print(table)
 
 
-@app.command()
+@app.command(rich_help_panel="Pipelines")
 def pipelines() -> None:
-    """List the built-in pipelines (run one with `trajsynth run NAME`)."""
+    """List the built-in pipelines (`trajsynth run NAME` runs one)."""
     import yaml
 
     from ..pipeline.spec import builtin_pipelines
@@ -282,7 +321,7 @@ def pipelines() -> None:
     console.print(table)
 
 
-@app.command()
+@app.command(rich_help_panel="Pipelines")
 def schema(
     write: Annotated[bool, typer.Option("--write", help="Rewrite the files.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 if a file is stale.")] = False,
@@ -290,7 +329,11 @@ def schema(
         "schemas"
     ),
 ) -> None:
-    """Generate schemas/trajectory.schema.json and schemas/pipeline.schema.json from the code."""
+    """Write or check the JSON schemas of rows and pipelines.
+
+    The files are schemas/trajectory.schema.json and schemas/pipeline.schema.json, generated
+    from the code.
+    """
     from ..core.schema import json_schema_text
     from ..pipeline.spec import pipeline_json_schema
 

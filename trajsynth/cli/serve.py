@@ -15,50 +15,104 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from ..core.errors import ConfigError
 from . import app
 
+MODEL = "Model"
+FAULTS = "Faults and latency"
 
-@app.command()
+
+@app.command(rich_help_panel="Tools and environments")
 def serve(
-    backend: Annotated[str, typer.Option(help="sim or local.")] = "sim",
+    backend: Annotated[
+        Literal["sim", "local"],
+        typer.Option(help="The simulator or a local model.", rich_help_panel=MODEL),
+    ] = "sim",
     model: Annotated[
         str | None,
         typer.Option(
-            help="Model folder or name, e.g. smollm2-135m (backend local).", show_default=False
+            metavar="MODEL",
+            help="Model folder or name, e.g. smollm2-135m (backend local).",
+            show_default=False,
+            rich_help_panel=MODEL,
         ),
     ] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(metavar="HOST", help="Address to listen on.")] = (
+        "127.0.0.1"
+    ),
     port: Annotated[int, typer.Option(help="Port (0 = any free port).")] = 8000,
     latency_ms: Annotated[
-        str, typer.Option("--latency-ms", help="Latency: 200 (fixed), 100:300, exp:200.")
+        str,
+        typer.Option(
+            "--latency-ms",
+            metavar="MS",
+            help="Latency: 200 (fixed), 100:300 (uniform), exp:200 (exponential, mean).",
+            rich_help_panel=FAULTS,
+        ),
     ] = "0",
     fault_rate: Annotated[
-        float, typer.Option("--fault-rate", help="Share of requests that fail on purpose.")
+        float,
+        typer.Option(
+            "--fault-rate", help="Share of requests that fail on purpose.", rich_help_panel=FAULTS
+        ),
     ] = 0.0,
     fault_mix: Annotated[
-        str, typer.Option("--fault-mix", help="Faults to draw from: 429,500,timeout,garbage.")
+        str,
+        typer.Option(
+            "--fault-mix",
+            metavar="KINDS",
+            help="Faults to draw from: 429,500,timeout,garbage.",
+            rich_help_panel=FAULTS,
+        ),
     ] = "429,500,timeout,garbage",
     retry_after_ms: Annotated[
-        float, typer.Option("--retry-after-ms", help="retry-after sent with injected 429s.")
+        float,
+        typer.Option(
+            "--retry-after-ms",
+            help="retry-after sent with injected 429s.",
+            rich_help_panel=FAULTS,
+        ),
     ] = 100.0,
     hang_s: Annotated[
-        float, typer.Option("--hang-s", help="How long an injected timeout holds the connection.")
+        float,
+        typer.Option(
+            "--hang-s",
+            help="How long an injected timeout holds the connection.",
+            rich_help_panel=FAULTS,
+        ),
     ] = 30.0,
-    seed: Annotated[int, typer.Option(help="Seed of the fault and latency draws.")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the fault and latency draws.", rich_help_panel=FAULTS)
+    ] = 0,
     sim_config: Annotated[
         str | None,
-        typer.Option("--sim-config", help="Simulator settings as JSON, e.g. '{\"seed\": 1}'."),
+        typer.Option(
+            "--sim-config",
+            metavar="JSON",
+            help="Simulator settings as JSON, e.g. '{\"seed\": 1}'.",
+            rich_help_panel=MODEL,
+        ),
     ] = None,
     ignore_n: Annotated[
-        bool, typer.Option("--ignore-n", help="Answer one choice whatever n is (old servers).")
+        bool,
+        typer.Option(
+            "--ignore-n",
+            help="Answer one choice whatever n is (old servers).",
+            rich_help_panel=MODEL,
+        ),
     ] = False,
     model_name: Annotated[
-        str | None, typer.Option("--model-name", help="Name reported in /v1/models.")
+        str | None,
+        typer.Option(
+            "--model-name",
+            metavar="NAME",
+            help="Name reported in /v1/models.",
+            rich_help_panel=MODEL,
+        ),
     ] = None,
     batch_delay: Annotated[
         float,
@@ -66,8 +120,10 @@ def serve(
     ] = 1.0,
     uvloop: Annotated[bool, typer.Option(help="Use uvloop when installed.")] = True,
 ) -> None:
-    """Serve /v1/chat/completions, /v1/models, /v1/files and /v1/batches (plus /metrics) over
-    sim or a local model."""
+    """Serve an OpenAI-compatible API over sim or a local model.
+
+    Endpoints: /v1/chat/completions, /v1/models, /v1/files and /v1/batches, plus /metrics.
+    """
     from ..llm.base import RoleConfig
     from ..llm.server import READY_LINE, Latency, ServerOptions
     from ..llm.server import serve as run_server
@@ -83,7 +139,7 @@ def serve(
             raise ConfigError(f"--sim-config: {exc}".splitlines()[0]) from None
         engine = SimBackend(cfg, role="generic", model=model_name or "sim")
         name = model_name or "sim"
-    elif backend == "local":
+    else:  # local
         from ..llm.local import LocalBackend
         from ..llm.models import resolve_model
 
@@ -95,8 +151,6 @@ def serve(
         engine = LocalBackend(RoleConfig(backend="local", model=folder))
         engine.load()
         name = model_name or (model if "/" not in model else Path(folder).name)
-    else:
-        raise ConfigError(f"--backend {backend!r}: choose sim or local")
 
     options = ServerOptions(
         model_name=name,

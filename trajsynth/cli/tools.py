@@ -12,27 +12,30 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.table import Table
 
 from ..core.errors import UserError
 from . import app
-from ._common import console
+from ._common import console, err_console
 
 if TYPE_CHECKING:  # the envs layer is imported inside the commands (fast `trajsynth --help`)
     from ..envs.spec import Toolset, ToolSpec
 
 tools_app = typer.Typer(
     name="tools",
-    help="Tool specifications: import them from other formats, show toolsets and domains.",
+    help="Import, show and graph tool specifications.",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )
-app.add_typer(tools_app, name="tools")
+app.add_typer(tools_app, name="tools", rich_help_panel="Tools and environments")
 
 _FAILURES_SHOWN = 20
+#: the formats of ``trajsynth.envs.importers.FORMATS``, spelled out so that ``--help`` does not
+#: import the envs layer (a test checks the two agree)
+ToolFormat = Literal["openai", "bfcl", "tau", "toolalpaca", "stabletoolbench", "apibank"]
 
 
 def _load(target: str) -> Toolset:
@@ -101,26 +104,34 @@ def imported_or_fail(ts: Toolset, src: Path | str, fmt: str, *, strict: bool = F
 @tools_app.command("import")
 def import_(
     src: Annotated[Path, typer.Argument(help="File or folder of specs.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="toolset.json to write.")],
     fmt: Annotated[
-        str,
+        ToolFormat | None,
         typer.Option(
             "--format",
             "-f",
-            help="openai (any functions with JSON-schema parameters) | bfcl | tau | toolalpaca "
-            "| stabletoolbench | apibank",
+            help="openai (any functions with JSON-schema parameters), bfcl, tau, toolalpaca, "
+            "stabletoolbench or apibank. Default: told from the files when only one fits (the "
+            "format assumed is said).",
+            show_default=False,
         ),
-    ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="toolset.json to write.")],
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the summary line.")] = False,
     strict: Annotated[
         bool, typer.Option("--strict", help="Fail (and write nothing) if any spec is dropped.")
     ] = False,
 ) -> None:
-    """Convert specs to OpenAI tools. Each spec not imported, or imported with a change, is
-    listed with the reason; the exit is non-zero when nothing was imported (or, with
-    --strict, when anything was dropped)."""
-    from ..envs.importers import import_tools
+    """Convert tool specs of another format to a toolset.
 
+    Specs become OpenAI tools. Each spec not imported, or imported with a change, is listed
+    with the reason; the exit is non-zero when nothing was imported (or, with --strict, when
+    anything was dropped).
+    """
+    from ..envs.importers import detect_format, import_tools
+
+    if fmt is None:
+        fmt, why = detect_format(src)
+        err_console.print(f"format: {fmt} (detected: {why}); --format chooses another")
     ts = import_tools(src, fmt)
     if not quiet:
         if ts.failures:
@@ -142,13 +153,18 @@ def import_(
 @tools_app.command("show")
 def show(
     target: Annotated[str, typer.Argument(help="toolset.json, OpenAI tools JSON, or a domain.")],
-    tool: Annotated[str | None, typer.Option("--tool", "-t", help="Show one tool in full.")] = None,
+    tool: Annotated[
+        str | None, typer.Option("--tool", "-t", metavar="NAME", help="Show one tool in full.")
+    ] = None,
     failures: Annotated[
         bool, typer.Option("--failures", help="List every import failure and duplicate.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the OpenAI tools JSON.")] = False,
 ) -> None:
-    """A table of the tools (parameters, return fields); import failures listed."""
+    """A table of a toolset's tools; import failures listed.
+
+    Each tool with its parameters and return fields; TARGET may also be a built-in domain.
+    """
     ts = _load(target)
     if tool is not None:
         spec = ts.get(tool) or ts.by_source_name(tool)
@@ -195,8 +211,10 @@ def graph(
         str, typer.Argument(help="toolset.json, OpenAI tools JSON, a domain, or a foreign spec.")
     ],
     fmt: Annotated[
-        str | None,
-        typer.Option("--format", "-f", help="Import TARGET from this format first (see import)."),
+        ToolFormat | None,
+        typer.Option(
+            "--format", "-f", help="Import TARGET from this format first (see `tools import`)."
+        ),
     ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write the graph (node-link JSON).")
@@ -205,14 +223,19 @@ def graph(
         Path | None, typer.Option("--plot", help="Draw the function graph to an image.")
     ] = None,
     similarity: Annotated[
-        str, typer.Option(help="Description similarity: auto, lexical or embedding.")
+        Literal["auto", "lexical", "embedding"],
+        typer.Option(help="How descriptions are compared."),
     ] = "auto",
     threshold: Annotated[
         float | None, typer.Option(help="Lowest edge score (default per similarity).")
     ] = None,
     edges: Annotated[int, typer.Option(help="Function edges listed (0: none).")] = 25,
 ) -> None:
-    """The function-signature graph: node, edge and component counts; edges; a drawing."""
+    """The function-signature graph of a toolset.
+
+    Prints its node, edge and component counts and its best edges; writes the graph as JSON
+    and a drawing.
+    """
     from ..graph import GraphConfig, build_graph
 
     if fmt is not None:

@@ -1,4 +1,4 @@
-"""Training commands: ``train-sft``, ``train-grpo``, ``eval``.
+"""Training commands: ``train-sft``, ``train-grpo``, ``train-prm``, ``eval``.
 
 torch and transformers are imported inside the commands, so ``trajsynth --help`` stays fast;
 without the ``train`` extra each command prints one install line and exits 1.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from pydantic import ValidationError
@@ -17,14 +17,39 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..core.errors import ConfigError, InputNotFoundError
 from . import app
-from ._common import console, err_console
+from ._common import Quiet, console, err_console, live_console
 
 INSTALL_LINE = "the train extra is not installed: pip install 'trajsynth[train]'"
 
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Any other setting KEY=VALUE (e.g. tiny.hidden_size=256)."),
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Any other setting (e.g. tiny.hidden_size=256); repeatable.",
+    ),
 ]
+#: the panels options are grouped in (``--help``)
+TRAINING = "Training"
+HARDWARE = "Hardware"
+CHECKPOINTS = "Checkpoints"
+CREDIT = "Credit assignment"
+MODEL = "Model"
+EPISODES = "Episodes"
+BENCHMARK = "Benchmark"
+_DEVICE = typer.Option(
+    metavar="DEVICE", help="auto, cpu, cuda (or cuda:N) or mps.", rich_help_panel=HARDWARE
+)
+Device = Annotated[str, _DEVICE]
+OptionalDevice = Annotated[str | None, _DEVICE]
+Seed = Annotated[int | None, typer.Option(help="Seed.", rich_help_panel=TRAINING)]
+Resume = Annotated[
+    bool | None,
+    typer.Option(
+        "--resume/--no-resume", help="Resume from OUT/checkpoint.", rich_help_panel=CHECKPOINTS
+    ),
+]
+Precision = Literal["auto", "bf16", "fp32"]
 
 
 def _require_train_extra() -> None:
@@ -106,7 +131,7 @@ class RichProgress:
             MofNCompleteColumn(),
             TextColumn("{task.fields[metrics]}"),
             TimeElapsedColumn(),
-            console=err_console,
+            console=live_console() if self.live else err_console,
             disable=not self.live,
         )
         self.task: Any = None
@@ -137,42 +162,69 @@ class RichProgress:
         self.bar.stop()
 
 
-@app.command("train-sft")
+@app.command("train-sft", rich_help_panel="Training")
 def train_sft_command(
     data: Annotated[Path, typer.Argument(help="Trajectory shards (file or folder).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Model folder to write.")] = ...,  # type: ignore[assignment]
     model: Annotated[
         str,
         typer.Option(
+            metavar="MODEL",
             help="A model name (`trajsynth models list`: tiny, smollm2-135m), a model "
-            "folder, or a hub id."
+            "folder, or a hub id.",
         ),
     ] = "tiny",
-    epochs: Annotated[float | None, typer.Option(help="Passes over the data.")] = None,
-    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    epochs: Annotated[
+        float | None, typer.Option(help="Passes over the data.", rich_help_panel=TRAINING)
+    ] = None,
+    lr: Annotated[
+        float | None, typer.Option(help="Peak learning rate.", rich_help_panel=TRAINING)
+    ] = None,
     lora_r: Annotated[
-        int | None, typer.Option(help="LoRA rank (0: full fine-tuning; pretrained models).")
+        int | None,
+        typer.Option(
+            help="LoRA rank (0: full fine-tuning; pretrained models).", rich_help_panel=TRAINING
+        ),
     ] = None,
-    max_len: Annotated[int | None, typer.Option(help="Tokens per packed row.")] = None,
-    pack: Annotated[bool | None, typer.Option("--pack/--no-pack", help="Pack sequences.")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Rows per micro-batch.")] = None,
-    grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per step.")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
+    max_len: Annotated[
+        int | None, typer.Option(help="Tokens per packed row.", rich_help_panel=TRAINING)
+    ] = None,
+    pack: Annotated[
+        bool | None,
+        typer.Option("--pack/--no-pack", help="Pack sequences.", rich_help_panel=TRAINING),
+    ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Rows per micro-batch.", rich_help_panel=TRAINING)
+    ] = None,
+    grad_accum: Annotated[
+        int | None, typer.Option(help="Micro-batches per step.", rich_help_panel=TRAINING)
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option(help="Stop after N steps.", rich_help_panel=TRAINING)
+    ] = None,
     max_minutes: Annotated[
-        float | None, typer.Option(help="Stop after this many minutes of training.")
+        float | None,
+        typer.Option(help="Stop after this many minutes of training.", rich_help_panel=TRAINING),
     ] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
-    precision: Annotated[str | None, typer.Option(help="auto, bf16, fp32.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
-    save_every: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
-    resume: Annotated[
-        bool | None, typer.Option("--resume/--no-resume", help="Resume from OUT/checkpoint.")
+    seed: Seed = None,
+    device: OptionalDevice = None,
+    precision: Annotated[
+        Precision | None, typer.Option(help="Float precision.", rich_help_panel=HARDWARE)
     ] = None,
+    save_every: Annotated[
+        int | None, typer.Option(help="Checkpoint every N steps.", rich_help_panel=CHECKPOINTS)
+    ] = None,
+    resume: Resume = None,
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Quiet = False,
 ) -> None:
-    """Supervised fine-tuning with the loss on assistant tokens only."""
+    """Supervised fine-tuning, loss on assistant tokens only.
+
+    DATA is trajectory shards; the model (a registered name, a folder or a hub id) is
+    trained with the loss on the assistant's tokens and written to OUT, with checkpoints to
+    resume from.
+    """
     _require_train_extra()
     from ..train.sft import SFTConfig, train_sft
 
@@ -208,51 +260,84 @@ def train_sft_command(
         )
 
 
-@app.command("train-grpo")
+@app.command("train-grpo", rich_help_panel="Training")
 def train_grpo_command(
     model: Annotated[
-        str, typer.Option(help="Starting checkpoint: a model folder or name (smollm2-135m).")
+        str,
+        typer.Option(
+            metavar="MODEL", help="Starting checkpoint: a model folder or name (smollm2-135m)."
+        ),
     ] = ...,  # type: ignore[assignment]
     out: Annotated[Path, typer.Option("--out", "-o", help="Model folder to write.")] = ...,  # type: ignore[assignment]
     tasks: Annotated[
         Path | None, typer.Option(help="Task rows (ground truth, tools, first request).")
     ] = None,
     arenas: Annotated[Path | None, typer.Option(help="Arena packages (ASTRA-style).")] = None,
-    iterations: Annotated[int | None, typer.Option(help="Policy updates.")] = None,
-    group_size: Annotated[int | None, typer.Option(help="G: episodes per task.")] = None,
-    tasks_per_step: Annotated[int | None, typer.Option(help="Tasks per update.")] = None,
-    lr: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
+    iterations: Annotated[
+        int | None, typer.Option(help="Policy updates.", rich_help_panel=TRAINING)
+    ] = None,
+    group_size: Annotated[
+        int | None, typer.Option(help="G: episodes per task.", rich_help_panel=TRAINING)
+    ] = None,
+    tasks_per_step: Annotated[
+        int | None, typer.Option(help="Tasks per update.", rich_help_panel=TRAINING)
+    ] = None,
+    lr: Annotated[float | None, typer.Option(help="Learning rate.", rich_help_panel=TRAINING)] = (
+        None
+    ),
     advantage: Annotated[
-        str | None,
-        typer.Option(help="Credit assignment: grpo, gigpo, turn_ppo, archer, prm, implicit_prm."),
+        Literal["grpo", "gigpo", "turn_ppo", "archer", "prm", "implicit_prm"] | None,
+        typer.Option(
+            help="Credit assignment (docs/methods.md: which when).", rich_help_panel=CREDIT
+        ),
     ] = None,
     filter_variance: Annotated[
         float | None,
-        typer.Option(help="StarPO-S: keep the top share of tasks by reward std (RAGEN: 0.25)."),
+        typer.Option(
+            help="StarPO-S: keep the top share of tasks by reward std (RAGEN: 0.25).",
+            rich_help_panel=CREDIT,
+        ),
     ] = None,
     prm: Annotated[
-        Path | None, typer.Option(help="With --advantage prm: a folder from train-prm.")
+        Path | None,
+        typer.Option(help="With --advantage prm: a folder from train-prm.", rich_help_panel=CREDIT),
     ] = None,
-    beta: Annotated[float | None, typer.Option(help="KL weight (0: no KL).")] = None,
+    beta: Annotated[
+        float | None, typer.Option(help="KL weight (0: no KL).", rich_help_panel=TRAINING)
+    ] = None,
     reward: Annotated[
         str | None,
         typer.Option(
+            metavar="TERM[=W,...]",
             help="A reward term (exact_match, call_match, state_match, tool_match, "
-            "call_accuracy, agent_reward, judge) or weighted terms TERM=W,TERM=W summing to 1."
+            "call_accuracy, agent_reward, judge) or weighted terms TERM=W,TERM=W summing to 1.",
+            rich_help_panel=CREDIT,
         ),
     ] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
-    save_every: Annotated[int | None, typer.Option(help="Checkpoint every N updates.")] = None,
-    resume: Annotated[bool | None, typer.Option("--resume/--no-resume")] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature.", rich_help_panel=TRAINING)
+    ] = None,
+    seed: Seed = None,
+    device: OptionalDevice = None,
+    save_every: Annotated[
+        int | None,
+        typer.Option(help="Checkpoint every N updates.", rich_help_panel=CHECKPOINTS),
+    ] = None,
+    resume: Resume = None,
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Quiet = False,
 ) -> None:
-    """Policy-gradient RL on multi-turn episodes in the environments (GRPO, GiGPO, Turn-PPO,
-    ArCHer, an explicit or implicit PRM)."""
+    """RL on multi-turn episodes with a chosen credit estimator.
+
+    Give the tasks as task rows (--tasks) or as arena packages (--arenas); the model plays
+    G episodes per task and is updated on each turn's advantage: group-relative (GRPO,
+    GiGPO), from a turn-level critic (Turn-PPO, ArCHer) or from process rewards (an explicit
+    PRM from train-prm, or iStar's implicit one).
+    """
     _require_train_extra()
+    if prm is not None and not prm.exists():
+        raise InputNotFoundError(f"--prm {prm} does not exist")
     if (tasks is None) == (arenas is None):
         raise ConfigError("give exactly one of --tasks DIR or --arenas DIR")
     from ..train.grpo import GRPOConfig, train_grpo
@@ -339,7 +424,7 @@ def _reward_terms(text: str) -> dict[str, Any]:
     return {"terms": terms}
 
 
-@app.command("train-prm")
+@app.command("train-prm", rich_help_panel="Training")
 def train_prm_command(
     data: Annotated[
         Path,
@@ -349,19 +434,38 @@ def train_prm_command(
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="PRM folder to write.")] = ...,  # type: ignore[assignment]
     model: Annotated[
-        str, typer.Option(help="The encoder: a model folder or name (the policy's SFT checkpoint).")
+        str,
+        typer.Option(
+            metavar="MODEL",
+            help="The encoder: a model folder or name (the policy's SFT checkpoint).",
+            rich_help_panel=MODEL,
+        ),
     ] = ...,  # type: ignore[assignment]
     labels: Annotated[
-        str | None, typer.Option(help="steca (MC step values), verifier (step outcomes), both.")
+        Literal["steca", "verifier", "both"] | None,
+        typer.Option(
+            help="Step labels: STeCa's Monte Carlo values, the verifier's step outcomes, or both.",
+            rich_help_panel=TRAINING,
+        ),
     ] = None,
-    holdout: Annotated[float | None, typer.Option(help="Share of tasks held out.")] = None,
-    epochs: Annotated[int | None, typer.Option(help="Passes of the head over the steps.")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, mps.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed.")] = None,
+    holdout: Annotated[
+        float | None, typer.Option(help="Share of tasks held out.", rich_help_panel=TRAINING)
+    ] = None,
+    epochs: Annotated[
+        int | None,
+        typer.Option(help="Passes of the head over the steps.", rich_help_panel=TRAINING),
+    ] = None,
+    seed: Seed = None,
+    device: OptionalDevice = None,
     set_: SetOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Train an explicit process reward model (a step scorer) and report its held-out AUC."""
+    """Train a step scorer (explicit PRM) and report its held-out AUC.
+
+    The encoder reads each assistant step of the rows; a head learns the step labels (soft
+    BCE) on most tasks and is scored on the held-out ones. Use the folder it writes with
+    `train-grpo --advantage prm --prm DIR`.
+    """
     _require_train_extra()
     from ..train.agent_prm import PRMConfig, train_prm
 
@@ -369,11 +473,11 @@ def train_prm_command(
         model=model, labels=labels, holdout=holdout, epochs=epochs, device=device, seed=seed
     )
     cfg = _config(PRMConfig, _settings(values, set_))
+    rows = _records(data, "data")
     folder = _model_folder(cfg.model)
     if folder == "tiny":
         raise ConfigError("--model tiny is built by train-sft; give its output folder")
     cfg = cfg.model_copy(update={"model": folder})
-    rows = _records(data, "data")
     result = train_prm(rows, out, cfg)
     if as_json:
         print(json.dumps(result.model_dump()))
@@ -386,14 +490,18 @@ def train_prm_command(
     )
 
 
-@app.command("eval")
+@app.command("eval", rich_help_panel="Training")
 def eval_command(
     tasks: Annotated[
         Path | None, typer.Option(help="Held-out task rows (or use --benchmark).")
     ] = None,
     benchmark: Annotated[
         str | None,
-        typer.Option(help="A public benchmark instead of --tasks: bfcl.", metavar="NAME"),
+        typer.Option(
+            help="A public benchmark instead of --tasks: bfcl.",
+            metavar="NAME",
+            rich_help_panel=BENCHMARK,
+        ),
     ] = None,
     categories: Annotated[
         str | None,
@@ -402,49 +510,81 @@ def eval_command(
             "multiple, parallel, parallel_multiple, live_simple, live_multiple, irrelevance, "
             "live_irrelevance).",
             metavar="LIST",
+            rich_help_panel=BENCHMARK,
         ),
     ] = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(
-            help="With --benchmark: the benchmark's data (default: the bfcl-eval wheel's)."
+            help="With --benchmark: the benchmark's data (default: the bfcl-eval wheel's).",
+            rich_help_panel=BENCHMARK,
         ),
     ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="With --benchmark: write the report as JSON here.")
+        Path | None,
+        typer.Option(
+            help="With --benchmark: write the report as JSON here.", rich_help_panel=BENCHMARK
+        ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="A model folder or name (smollm2-135m).")
+        str | None,
+        typer.Option(
+            metavar="MODEL", help="A model folder or name (smollm2-135m).", rich_help_panel=MODEL
+        ),
     ] = None,
     base_url: Annotated[
-        str | None, typer.Option(help="An OpenAI-compatible endpoint instead of --model.")
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="An OpenAI-compatible endpoint instead of --model.",
+            rich_help_panel=MODEL,
+        ),
     ] = None,
-    api_model: Annotated[str, typer.Option(help="Model name at --base-url.")] = "",
+    api_model: Annotated[
+        str, typer.Option(metavar="NAME", help="Model name at --base-url.", rich_help_panel=MODEL)
+    ] = "",
     api_key_env: Annotated[
-        str | None, typer.Option(help="Environment variable with the endpoint's API key.")
+        str | None,
+        typer.Option(
+            metavar="VAR",
+            help="Environment variable with the endpoint's API key.",
+            rich_help_panel=MODEL,
+        ),
     ] = None,
     limit: Annotated[
         int | None,
         typer.Option(
-            help="Evaluate the first N tasks (--benchmark: N per category, spread).", min=1
+            help="Evaluate the first N tasks (--benchmark: N per category, spread).",
+            min=1,
+            rich_help_panel=EPISODES,
         ),
     ] = None,
-    temperature: Annotated[float, typer.Option(help="0: greedy.")] = 0.0,
-    max_steps: Annotated[int, typer.Option(help="Assistant turns per episode.")] = 8,
+    temperature: Annotated[
+        float, typer.Option(help="Sampling temperature (0: greedy).", rich_help_panel=EPISODES)
+    ] = 0.0,
+    max_steps: Annotated[
+        int, typer.Option(help="Assistant turns per episode.", rich_help_panel=EPISODES)
+    ] = 8,
     max_new_tokens: Annotated[
-        int | None, typer.Option(help="Tokens per turn (default 256).")
+        int | None,
+        typer.Option(help="Tokens per turn (default 256).", rich_help_panel=EPISODES),
     ] = None,
     max_observation_chars: Annotated[
-        int | None, typer.Option(help="Longest tool output shown.")
+        int | None, typer.Option(help="Longest tool output shown.", rich_help_panel=EPISODES)
     ] = 16_000,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, mps.")] = "auto",
+    device: Device = "auto",
     episodes: Annotated[
         Path | None,
         typer.Option(help="Write every episode (or benchmark answer) as JSON here."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Score a model on held-out tasks, or on a public benchmark (--benchmark bfcl)."""
+    """Score a model on held-out tasks or a public benchmark.
+
+    Held-out task rows (--tasks) are played as episodes and scored with the shared verifiers
+    (call, exact, state and outputs match), per capability and overall; --benchmark bfcl
+    scores BFCL's single-turn categories with its AST checker.
+    """
     if (model is None) == (base_url is None):
         raise ConfigError(
             "give exactly one of --model DIR or --base-url URL (DIR: a folder or name)"
@@ -561,7 +701,7 @@ def _eval_benchmark(
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=err_console,
+        console=live_console() if err_console.is_terminal else err_console,
         disable=as_json or not err_console.is_terminal,
     ) as bar:
 

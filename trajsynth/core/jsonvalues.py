@@ -7,6 +7,9 @@
   and :func:`json_fields` its object members by name, both depth first in document order.
   Callers choose which values identify something (an argument threaded from an earlier
   output, a value the user stated, a record's fields by name); the walk is shared.
+- :func:`pattern_search` applies a JSON Schema ``pattern`` to a string under a time limit:
+  the pattern comes from a tool's schema, the string from a model, and a backtracking
+  pattern on a long string can run for minutes.
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["JSON_TYPE_NAMES", "json_fields", "json_leaves", "json_type"]
+__all__ = [
+    "JSON_TYPE_NAMES",
+    "PATTERN_TIMEOUT_S",
+    "json_fields",
+    "json_leaves",
+    "json_type",
+    "pattern_search",
+]
 
 #: Python type → JSON Schema type name, in the order to test them (``bool`` before ``int``);
 #: ``None`` is named by :func:`json_type`'s ``null`` parameter.
@@ -26,6 +36,29 @@ JSON_TYPE_NAMES: tuple[tuple[type, str], ...] = (
     (list, "array"),
     (dict, "object"),
 )
+
+
+#: seconds one ``pattern`` may take on one string (:func:`pattern_search`)
+PATTERN_TIMEOUT_S = 0.05
+
+
+def pattern_search(pattern: str, text: str) -> bool | None:
+    """Whether the JSON Schema ``pattern`` matches somewhere in ``text`` (``re.search``), with
+    the ``regex`` engine's time limit of :data:`PATTERN_TIMEOUT_S`; None when the pattern
+    does not compile. Raises ``TimeoutError`` when the match ran out of time.
+
+    >>> pattern_search(r"^[A-Z]{3}$", "CDG"), pattern_search(r"^\\d+$", "12a")
+    (True, False)
+    >>> pattern_search("(", "x") is None
+    True
+    """
+    import regex
+
+    try:
+        compiled = regex.compile(pattern)
+    except (regex.error, TypeError, ValueError, OverflowError):
+        return None
+    return compiled.search(text, timeout=PATTERN_TIMEOUT_S) is not None
 
 
 def json_type(value: Any, *, null: str = "null") -> str:

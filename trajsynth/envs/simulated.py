@@ -60,6 +60,7 @@ import jsonschema
 
 from ..core.errors import EndpointError
 from ..core.ids import canonical_json, seed_from, stable_hash
+from ..core.jsonvalues import pattern_search
 from ..core.schema import ToolCall
 from ..core.task import GroundTruth
 from .base import Environment, EnvSnapshot, ToolResult
@@ -81,6 +82,54 @@ __all__ = [
 ]
 
 log = logging.getLogger("trajsynth.envs")
+
+
+# --------------------------------------------------------------------------------------
+# the answer's check against the tool's response schema, with bounded patterns
+# --------------------------------------------------------------------------------------
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """jsonschema's ``pattern`` keyword under :func:`pattern_search`'s time limit (the
+    instance is a model's answer; one that cannot be matched in time does not match)."""
+    if validator.is_type(instance, "string"):
+        try:
+            matched = pattern_search(pattern, instance)
+        except TimeoutError:
+            matched = False
+        if matched is False:
+            yield jsonschema.ValidationError(f"{instance[:200]!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, properties: Any, instance: Any, schema: Any) -> Any:
+    """jsonschema's ``patternProperties`` keyword, its keys matched under the time limit."""
+    if validator.is_type(instance, "object"):
+        for pattern, subschema in properties.items():
+            for k, v in instance.items():
+                try:
+                    matched = pattern_search(pattern, k)
+                except TimeoutError:
+                    matched = False
+                if matched:
+                    yield from validator.descend(v, subschema, path=k, schema_path=pattern)
+
+
+_BOUNDED: dict[type, type] = {}
+
+
+def validate_response(answer: Any, schema: dict[str, Any]) -> None:
+    """``jsonschema.validate(answer, schema)``, with ``pattern`` and ``patternProperties``
+    matched under a time limit. Raises ``jsonschema.SchemaError`` for a bad schema and
+    ``jsonschema.ValidationError`` for an answer that breaks it."""
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    bounded = _BOUNDED.get(cls)
+    if bounded is None:
+        keywords = {"pattern": _pattern, "patternProperties": _pattern_properties}
+        bounded = _BOUNDED[cls] = jsonschema.validators.extend(cls, keywords)
+    error = jsonschema.exceptions.best_match(bounded(schema).iter_errors(answer))
+    if error is not None:
+        raise error
 
 
 def _split(text: str) -> list[str]:
@@ -641,7 +690,7 @@ class SimulatedEnvironment(Environment):
             return output, error
         if spec.response is not None:
             try:
-                jsonschema.validate(answer, spec.response)
+                validate_response(answer, spec.response)
             except jsonschema.ValidationError:
                 return output, error
             except jsonschema.SchemaError:

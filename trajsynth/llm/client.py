@@ -18,8 +18,10 @@ What ``chat`` does, in order:
    infrastructure ``error_type`` (``ChatResult.infra``): rollout code raises it
    (``raise_for_infra``) so that it is dropped and counted, never recorded as the model's;
 4. clean every text of the reply (lone surrogates, NUL: ``core.text``), parse every choice
-   with the shared parser (``parsing.py``) into an assistant ``Message`` plus format errors,
-   store the raw reply in the cache, price the usage;
+   with the shared parser (``parsing.py``) into an assistant ``Message`` plus format errors
+   (an output over ``parsing.OFF_LOOP_CHARS`` characters in a worker thread, so a long reply
+   does not stall the other requests in flight), store the raw reply in the cache, price the
+   usage;
 5. count, per role: ``llm.<role>.requests``, ``cache_hits``, ``http_requests``, ``errors``,
    ``infra_errors`` (of the errors, the endpoint's), ``timeouts`` (attempts cut by the
    timeout; such a request may never have reached the server), ``hedges`` (duplicates of
@@ -52,7 +54,7 @@ from .base import (
     RoleConfig,
 )
 from .cache import ResponseCache, request_key
-from .parsing import parse_output
+from .parsing import parse_output_async
 
 __all__ = [
     "LLMClient",
@@ -203,7 +205,7 @@ class LLMClient:
                 if reply is not None:
                     reply = _clean_reply(reply)
                     count(prefix + "cache_hits")
-                    result = self._result(reply, key, cached=True)
+                    result = await self._result(reply, key, cached=True)
                     self._count(result, count, prefix, cached=True)
                     return result
 
@@ -231,16 +233,18 @@ class LLMClient:
 
         # 4) clean the text (lone surrogates, NUL), parse, cache, price
         reply = _clean_reply(reply)
-        result = self._result(reply, key, cached=False)
+        result = await self._result(reply, key, cached=False)
         if key is not None and result.ok:
             self.cache.put(key, {"reply": reply.model_dump(mode="json")})  # type: ignore[union-attr]
         self._count(result, count, prefix, cached=False)
         return result
 
-    def _result(self, reply: BackendReply, key: str | None, *, cached: bool) -> ChatResult:
+    async def _result(self, reply: BackendReply, key: str | None, *, cached: bool) -> ChatResult:
         choices = []
         for i, raw in enumerate(reply.choices):
-            parsed = parse_output(raw.content, raw.tool_calls, reasoning=raw.reasoning)
+            # a long output is parsed in a worker thread: the event loop keeps serving the
+            # other requests in flight meanwhile
+            parsed = await parse_output_async(raw.content, raw.tool_calls, reasoning=raw.reasoning)
             choices.append(
                 Choice(
                     index=i,

@@ -10,7 +10,8 @@ the raw text, so the stage can record it on the row.
 2. **Hermes / Qwen** text: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one
    block per call, anywhere in the text (an unclosed last block is read to the end).
 3. **Pythonic** (BFCL / ToolACE): the whole output is ``[func(a=1, b="x"), other()]``, read
-   with :mod:`ast` (literals only; nothing is evaluated).
+   with :mod:`ast` (literals only; nothing is evaluated; a list too large for that is one
+   error, see ``_MAX_PY_NODES``).
 4. **Bare JSON**: the whole output (or a fenced ```json block) is ``[{"name", "arguments"}]``
    or one such object; ``parameters`` is accepted for ``arguments``, and arguments given as
    a JSON string are decoded.
@@ -31,8 +32,14 @@ would stall every request in flight:
   most ``_MAX_CALLS`` calls are read, JSON values nested deeper than ``_MAX_DEPTH`` are
   refused, and the repair (pure Python, superlinear on some inputs) only sees pieces of at
   most ``_MAX_REPAIR`` characters and stops when the output's ``_REPAIR_BUDGET_S`` is
-  spent. Everything else is C-speed (``json``, ``re`` without backtracking hazards, ``ast``)
-  or one linear scan, so one output parses in linear time.
+  spent. Everything else is C-speed (``json``, ``ast``, ``str.find``) or one linear scan
+  with a bounded number of steps, so one output parses in linear time. No regular
+  expression reads model text here: tags and fences are found with ``str.find`` and
+  ``str.startswith`` (a backtracking pattern took minutes on 100k characters of a
+  backtick fence followed by letters);
+- an output of more than :data:`OFF_LOOP_CHARS` characters is parsed in a worker thread by
+  the async client (:func:`parse_output_async`), so even a slow parse never stalls the event
+  loop and the other requests in flight.
 
 >>> r = parse_output('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
 >>> (r.calls[0].name, r.calls[0].arguments, r.errors)
@@ -44,8 +51,9 @@ would stall every request in flight:
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
-import re
+import string
 import sys
 import threading
 import time
@@ -57,11 +65,14 @@ from ..core.schema import ToolCall
 from ..core.text import clean_json, clean_text
 
 __all__ = [
+    "OFF_LOOP_CHARS",
     "ParseResult",
     "format_hermes",
     "format_json_list",
     "format_pythonic",
+    "output_chars",
     "parse_output",
+    "parse_output_async",
 ]
 
 _MAX_RAW = 2000  # characters of raw text kept in one error message
@@ -69,14 +80,17 @@ _MAX_INPUT = 200_000  # characters of one output searched for calls written as t
 _MAX_CALLS = 64  # calls (or <tool_call> blocks) read from one output
 _MAX_DEPTH = 64  # nesting of a call's JSON (arguments included)
 _MAX_REPAIR = 8_000  # characters the near-JSON repair is tried on at once
-_REPAIR_BUDGET_S = 0.25  # seconds of near-JSON repair spent on one output, at most
+_REPAIR_BUDGET_S = 0.05  # CPU seconds of near-JSON repair spent on one output, at most
+#: outputs longer than this (characters of content, reasoning and native arguments) are
+#: parsed off the event loop by :func:`parse_output_async`
+OFF_LOOP_CHARS = 16_000
+_MAX_SCAN = 4 * _MAX_REPAIR  # characters of near-JSON list elements scanned one by one
+_MAX_PY_NODES = 2_048  # brackets, commas, '=', ':' and '.' of pythonic calls read with ast
 
-# an unclosed <think> ends where a call starts, so a forgotten </think> loses no call
-_THINK = re.compile(r"<think>(.*?)(?:</think>|(?=<tool_call>)|$)", re.DOTALL)
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
-_BRACKETS = re.compile(r"[\[\]{}()]")
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_JSON = json.JSONDecoder()
+
+_IDENT_HEAD = string.ascii_letters + "_"
+_IDENT_CHARS = string.ascii_letters + string.digits + "_.-"
 
 
 @dataclass
@@ -130,14 +144,21 @@ def _bracket_depth(text: str) -> int:
     if opened <= _MAX_DEPTH:
         return opened
     depth = deepest = 0
-    for ch in _BRACKETS.findall(text):
-        depth = depth + 1 if ch in "[{(" else max(0, depth - 1)
-        deepest = max(deepest, depth)
+    for ch in text:  # only called on pieces of at most _MAX_REPAIR characters
+        if ch in "[{(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]})":
+            depth = max(0, depth - 1)
     return deepest
 
 
 def _checked(value: Any) -> Any:
-    """The value with clean strings; ValueError when it is nested too deep."""
+    """The value with clean strings; ValueError when it is nested too deep. Of a list, only
+    the first ``_MAX_CALLS`` items are checked and cleaned (no reader looks further); the
+    others are kept as they are, to be counted."""
+    if isinstance(value, list) and len(value) > _MAX_CALLS:
+        return [*_checked(value[:_MAX_CALLS]), *value[_MAX_CALLS:]]
     if _depth(value) > _MAX_DEPTH:
         raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
     return clean_json(value)
@@ -148,7 +169,9 @@ class _OutOfTime(BaseException):
     the library's own ``except Exception`` cannot swallow it)."""
 
 
-_BUDGET = threading.local()  # .deadline: monotonic time after which no repair runs
+#: .deadline: the thread's CPU time (``time.thread_time``) after which no repair runs: CPU,
+#: not wall time, so that a loaded machine does not cut a repair short
+_BUDGET = threading.local()
 
 
 def _repair(text: str) -> Any:
@@ -156,20 +179,23 @@ def _repair(text: str) -> Any:
 
     json-repair is pure Python and superlinear on some inputs (minutes for 8 kB of
     ``1]{ "`` repeated), so it runs under a trace hook that checks the clock every 256
-    Python calls and stops it when the budget is spent."""
+    Python calls and stops it when the budget is spent. Importing it (once) is not
+    counted."""
+    deadline = getattr(_BUDGET, "deadline", None)
+    started = time.thread_time()
     import json_repair
 
-    deadline = getattr(_BUDGET, "deadline", None)
     if deadline is None:
         return json_repair.loads(text)
-    if time.monotonic() >= deadline:
+    deadline = _BUDGET.deadline = deadline + time.thread_time() - started  # (the import)
+    if time.thread_time() >= deadline:
         raise _OutOfTime
     calls = 0
 
     def check(frame: Any, event: str, arg: Any) -> None:
         nonlocal calls
         calls += 1
-        if not calls & 255 and time.monotonic() >= deadline:
+        if not calls & 255 and time.thread_time() >= deadline:
             raise _OutOfTime
 
     previous = sys.gettrace()
@@ -237,6 +263,68 @@ def _call_at(obj: Any, index: int) -> ToolCall | str:
 
 
 # --------------------------------------------------------------------------------------
+# tags and fences, found with str.find: each character is looked at a bounded number of times
+# --------------------------------------------------------------------------------------
+
+
+def _tag_blocks(text: str, open_tag: str, close_tag: str) -> tuple[list[str], str]:
+    """The bodies of ``open_tag … close_tag`` blocks (an unclosed last block runs to the end)
+    and the text outside them."""
+    bodies: list[str] = []
+    outside: list[str] = []
+    pos = 0
+    while (i := text.find(open_tag, pos)) >= 0:
+        outside.append(text[pos:i])
+        start = i + len(open_tag)
+        j = text.find(close_tag, start)
+        if j < 0:
+            bodies.append(text[start:])
+            pos = len(text)
+            break
+        bodies.append(text[start:j])
+        pos = j + len(close_tag)
+    outside.append(text[pos:])
+    return bodies, "".join(outside)
+
+
+def _think_blocks(text: str) -> tuple[list[str], str]:
+    """The bodies of ``<think>`` blocks and the text outside them. A block ends at
+    ``</think>`` or, when that is missing, where a ``<tool_call>`` starts (so a forgotten
+    ``</think>`` loses no call) or at the end. The next ``</think>`` and ``<tool_call>`` are
+    remembered between blocks, so every search starts past the last one: linear time."""
+    bodies: list[str] = []
+    outside: list[str] = []
+    pos = 0
+    close = call = -2  # where the next </think> / <tool_call> is; -1: none; -2: not looked
+    while (i := text.find("<think>", pos)) >= 0:
+        outside.append(text[pos:i])
+        start = i + len("<think>")
+        if close != -1 and close < start:
+            close = text.find("</think>", start)
+        if call != -1 and call < start:
+            call = text.find("<tool_call>", start)
+        ends = [e for e in (close, call) if e >= 0]
+        end = min(ends) if ends else len(text)
+        bodies.append(text[start:end])
+        pos = end + len("</think>") if end == close else end
+    outside.append(text[pos:])
+    return bodies, "".join(outside)
+
+
+def _unfence(body: str) -> str | None:
+    """The inside of a stripped output that is one ```-fenced block (a leading language tag
+    such as ``json`` dropped), or None when it is not one."""
+    if len(body) < 6 or not body.startswith("```") or not body.endswith("```"):
+        return None
+    return body[3:-3].lstrip(string.ascii_letters).strip()
+
+
+def _is_ident(name: str) -> bool:
+    """``name`` is a (dotted) function name: a letter or ``_``, then letters, digits, ``_.-``."""
+    return bool(name) and name[0] in _IDENT_HEAD and not name.strip(_IDENT_CHARS)
+
+
+# --------------------------------------------------------------------------------------
 # the formats
 # --------------------------------------------------------------------------------------
 
@@ -244,7 +332,7 @@ def _call_at(obj: Any, index: int) -> ToolCall | str:
 def _parse_hermes(text: str, result: ParseResult) -> str:
     """Read every <tool_call> block; return the text outside them."""
     offset = len(result.calls)
-    blocks = _TOOL_CALL.findall(text)
+    blocks, outside = _tag_blocks(text, "<tool_call>", "</tool_call>")
     for i, block in enumerate(blocks):
         if len(result.calls) >= _MAX_CALLS or i >= _MAX_CALLS:
             result.errors.append(
@@ -258,7 +346,7 @@ def _parse_hermes(text: str, result: ParseResult) -> str:
             result.errors.append(
                 f"<tool_call> block: parser failure ({type(exc).__name__}): {_clip(body)}"
             )
-    return _TOOL_CALL.sub("", text)
+    return outside
 
 
 def _hermes_block(body: str, index: int, result: ParseResult) -> None:
@@ -301,12 +389,24 @@ def _dotted(node: ast.AST) -> str:
     raise ValueError("not a function name")
 
 
-def _parse_pythonic(text: str) -> list[tuple[str, dict[str, Any]]] | None:
-    """Calls from ``[f(a=1), g()]`` (or one bare call); None when the text is not that."""
+def _parse_pythonic(text: str) -> list[tuple[str, dict[str, Any]]] | str | None:
+    """Calls from ``[f(a=1), g()]`` (or one bare call); None when the text is not that, and
+    an error when it is a list of calls too large to read: Python's parser costs a few
+    microseconds per bracket, comma, ``=``, ``:`` or ``.``, so at most ``_MAX_PY_NODES`` of
+    them are given to it."""
     stripped = text.strip()
     if not stripped or "(" not in stripped:
         return None
     if len(stripped) > _MAX_INPUT:
+        return None
+    nodes = sum(stripped.count(ch) for ch in "([{,=:.")
+    if nodes > _MAX_PY_NODES:
+        first = stripped[1:].lstrip().partition("(")[0].strip()
+        if stripped.startswith("[") and _is_ident(first):
+            return (
+                f"pythonic tool calls too large to read ({nodes:,} brackets, commas, '=', ':' "
+                f"and '.', at most {_MAX_PY_NODES:,}): {_clip(stripped)}"
+            )
         return None
     try:
         tree = ast.parse(stripped, mode="eval")
@@ -350,16 +450,24 @@ def _is_call_obj(x: Any) -> bool:
     )
 
 
-def _split_list(text: str) -> list[str] | None:
-    """The top-level elements of a JSON-like list ``[a, b, ...]`` as text (strings in double
-    or single quotes and escapes respected; a missing ``]`` tolerated). One linear scan;
-    None when the text is not a list."""
-    s = text.strip()
-    if not s.startswith("["):
-        return None
-    parts: list[str] = []
-    depth, start, quote, escaped = 0, 1, "", False
-    for j in range(1, len(s)):
+def _skip_space(s: str, i: int) -> int:
+    """The index of the first character at or after ``i`` that is not whitespace (``len(s)``
+    when none): ``str.lstrip`` on slices of bounded size, so a long run costs C speed."""
+    while i < len(s):
+        chunk = s[i : i + 4096]
+        rest = chunk.lstrip()
+        if rest:
+            return i + len(chunk) - len(rest)
+        i += len(chunk)
+    return len(s)
+
+
+def _element_end(s: str, start: int, stop: int) -> int | None:
+    """Where the near-JSON list element at ``start`` ends: the index of the top-level ``,``
+    or closing bracket after it (strings in double or single quotes and escapes respected),
+    ``len(s)`` at the end of the text; None when neither comes before ``stop``."""
+    depth, quote, escaped = 0, "", False
+    for j in range(start, min(stop, len(s))):
         ch = s[j]
         if quote:
             if escaped:
@@ -373,17 +481,56 @@ def _split_list(text: str) -> list[str] | None:
         elif ch in "{[":
             depth += 1
         elif ch in "}]":
-            if depth == 0:  # the list's own closing bracket
-                parts.append(s[start:j])
-                return [p for p in (x.strip() for x in parts) if p]
+            if depth == 0:
+                return j
             depth -= 1
         elif ch == "," and depth == 0:
-            parts.append(s[start:j])
-            start = j + 1
-        if len(parts) > _MAX_CALLS:
+            return j
+    return len(s) if stop >= len(s) else None
+
+
+def _split_list(text: str) -> list[str] | None:
+    """The top-level elements of a JSON-like list ``[a, b, ...]`` as text (a missing ``]``
+    tolerated); None when the text is not a list. An element that is valid JSON is read at C
+    speed (``raw_decode``); only near-JSON elements are scanned character by character, and
+    at most ``_MAX_SCAN`` characters of them in all: past that, the rest of the list is one
+    last element (too long to repair, so it becomes one error)."""
+    s = text.strip()
+    if not s.startswith("["):
+        return None
+    parts: list[str] = []
+    i, budget = 1, _MAX_SCAN
+    while len(parts) <= _MAX_CALLS:
+        i = _skip_space(s, i)
+        if i >= len(s) or s[i] in "]}":  # the end, or the list's own closing bracket
+            return parts
+        if s[i] == ",":  # an empty element
+            i += 1
+            continue
+        try:
+            end = _JSON.raw_decode(s, i)[1]
+        except (ValueError, RecursionError):
+            end = -1
+        if end > 0:
+            after = _skip_space(s, end)
+            if after >= len(s) or s[after] in ",]}":
+                parts.append(s[i:end])
+                i = after if after >= len(s) or s[after] != "," else after + 1
+                continue
+        found = _element_end(s, i, i + budget)
+        if found is None:
             break
-    parts.append(s[start:])
-    return [p for p in (x.strip() for x in parts) if p]
+        budget -= found - i
+        part = s[i:found].strip()
+        if part:
+            parts.append(part)
+        if found >= len(s) or s[found] != ",":
+            return parts
+        i = found + 1
+    rest = s[i:].strip()
+    if rest:
+        parts.append(rest)
+    return parts
 
 
 def _parse_json_elements(text: str, result: ParseResult) -> bool:
@@ -464,7 +611,7 @@ def parse_output(
     """
     content = clean_text(content) if isinstance(content, str) else None
     reasoning = clean_text(reasoning) if isinstance(reasoning, str) else None
-    _BUDGET.deadline = time.monotonic() + _REPAIR_BUDGET_S
+    _BUDGET.deadline = time.thread_time() + _REPAIR_BUDGET_S
     try:
         return _parse(content, native_calls or [], reasoning)
     except Exception as exc:  # a parser bug must not fail a stage: record it instead
@@ -475,6 +622,35 @@ def parse_output(
         )
     finally:
         _BUDGET.deadline = None
+
+
+def output_chars(
+    content: str | None,
+    native_calls: list[dict[str, Any]] | None = None,
+    reasoning: str | None = None,
+) -> int:
+    """Characters :func:`parse_output` reads from one output (what decides whether
+    :func:`parse_output_async` parses it in a thread)."""
+    n = len(content) if isinstance(content, str) else 0
+    n += len(reasoning) if isinstance(reasoning, str) else 0
+    for call in native_calls or []:
+        if isinstance(call, dict):
+            n += sum(len(v) for v in call.values() if isinstance(v, str))
+    return n
+
+
+async def parse_output_async(
+    content: str | None,
+    native_calls: list[dict[str, str]] | None = None,
+    *,
+    reasoning: str | None = None,
+) -> ParseResult:
+    """:func:`parse_output` for async code: an output of more than :data:`OFF_LOOP_CHARS`
+    characters is parsed in a worker thread, so the event loop (and every request in
+    flight on it) keeps running meanwhile; a short one is parsed in place."""
+    if output_chars(content, native_calls, reasoning) <= OFF_LOOP_CHARS:
+        return parse_output(content, native_calls, reasoning=reasoning)
+    return await asyncio.to_thread(parse_output, content, native_calls, reasoning=reasoning)
 
 
 def _native_call(i: int, call: Any, result: ParseResult) -> None:
@@ -525,8 +701,8 @@ def _parse(content: str | None, native: list[dict[str, str]], reasoning: str | N
 
     # reasoning: <think>...</think> (Qwen3, DeepSeek-R1)
     if "<think>" in text:
-        thoughts = [t.strip() for t in _THINK.findall(text)]
-        text = _THINK.sub("", text)
+        bodies, text = _think_blocks(text)
+        thoughts = [t.strip() for t in bodies]
         joined = "\n".join(t for t in thoughts if t)
         result.reasoning = "\n".join(x for x in (reasoning, joined) if x) or None
     elif "</think>" in text and "<tool_call>" not in text.partition("</think>")[0]:
@@ -553,12 +729,20 @@ def _parse(content: str | None, native: list[dict[str, str]], reasoning: str | N
     elif not tail:
         # 3) pythonic and 4) bare JSON: the whole output (possibly fenced) is the calls
         body = text.strip()
-        fenced = _FENCE.match(body)
-        if fenced:
-            body = fenced.group(1).strip()
-        if body.startswith("[") or (body and _IDENT.match(body.split("(", 1)[0].strip() or "-")):
+        fenced = _unfence(body)
+        if fenced is not None:
+            body = fenced
+        if body.startswith("[") or _is_ident(body.partition("(")[0].strip()):
             py = _parse_pythonic(body)
-            if py is not None:
+            if isinstance(py, str):
+                result.errors.append(py)
+                result.format = "pythonic" if not native else result.format
+                text = ""
+            elif py is not None:
+                if len(py) > _MAX_CALLS:
+                    result.errors.append(
+                        f"{len(py) - _MAX_CALLS} more pythonic tool calls not read"
+                    )
                 for i, (name, args) in enumerate(py[:_MAX_CALLS]):
                     arguments = _dump_args(args)
                     result.calls.append(

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..core.errors import ConfigError, EndpointError
 from .base import Backend, BackendReply, ChatRequest
-from .parsing import parse_output
+from .parsing import OFF_LOOP_CHARS, output_chars, parse_output
 
 __all__ = [
     "READY_LINE",
@@ -358,7 +358,16 @@ class ChatServer:
         if rest > 0:
             await asyncio.sleep(rest)
         self.counters["ok"] += 1
-        conn.respond(200, self._render(reply, number, request.n), keep=keep)
+        conn.respond(200, await self._render_async(reply, number, request.n), keep=keep)
+
+    async def _render_async(self, reply: BackendReply, number: int, n: int) -> bytes:
+        """:meth:`_render`, in a worker thread when it parses a long output (the loop serves
+        the other connections meanwhile)."""
+        if self.options.parse_calls and any(
+            output_chars(ch.content, None, ch.reasoning) > OFF_LOOP_CHARS for ch in reply.choices
+        ):
+            return await asyncio.to_thread(self._render, reply, number, n)
+        return self._render(reply, number, n)
 
     def _fault(self, conn: _Conn, fault: str, keep: bool) -> None:
         if fault == "429":
@@ -583,7 +592,7 @@ class ChatServer:
             self.counters["bad_request"] += 1
             return 400, _err(exc.message, "invalid_request_error")
         self.counters["ok"] += 1
-        return 200, self._render(reply, number, request.n)
+        return 200, await self._render_async(reply, number, request.n)
 
 
 @dataclass

@@ -35,7 +35,14 @@ from typing import Any
 import pyarrow as pa
 
 from ..stages import Context, ContextSpec, Stage, build_stage
-from ..store.shards import DEFAULT_COMPRESSION, ShardInfo, ShardWriter, iter_shard
+from ..store.shards import (
+    DEFAULT_COMPRESSION,
+    LOOKUP,
+    Check,
+    ShardInfo,
+    ShardWriter,
+    iter_shard,
+)
 from .outputs import output_dir, output_names, write_outputs
 
 __all__ = [
@@ -68,6 +75,8 @@ class UnitTask:
     plugins: tuple[str, ...] = ()
     compression: str = DEFAULT_COMPRESSION
     rows: int = 0
+    #: what the input shard's bytes must be (the runner's record of it; see store.shards)
+    input_check: Check = LOOKUP
 
 
 @dataclass
@@ -126,7 +135,7 @@ def run_map_unit(task: UnitTask, progress: Progress | None = None) -> UnitResult
 
     def batches() -> Iterator[pa.RecordBatch]:
         nonlocal rows_in
-        for b in iter_shard(Path(task.input_path)):
+        for b in iter_shard(Path(task.input_path), check=task.input_check):
             rows_in += b.num_rows
             yield b
 

@@ -19,6 +19,13 @@ For each stage in topological order the runner:
 4. otherwise clears its outputs and runs it fresh (and, since its output fingerprint changes,
    every stage downstream reruns too).
 
+Whenever a stage that ran before runs again, the runner says why: a shard or artifact of its
+that changed on disk (which file, its recorded and its present size or content fingerprint),
+a stage upstream whose output changed, a changed ``uses``/``from``/trajsynth version, other
+settings or input files (a changed cache key), ``--force``, or the interruption or failure it
+resumes from. The reason goes to ``logs/run.log``, to :attr:`RunResult.reasons` and, through the
+reporter's ``note``, to the console (``trajsynth run`` prints it in its summary).
+
 Every shard is committed by an atomic rename and then recorded in the manifest, which is itself
 replaced atomically; files not recorded are debris of a crash and are removed on resume. So a
 run killed at any moment and rerun writes each row exactly once.
@@ -71,12 +78,16 @@ from ..stages import (
     StreamingGlobalStage,
     config_hash,
 )
+from ..store.integrity import ShardCheck, check_shard, fingerprint_of, shard_checks
 from ..store.manifest import MANIFEST_NAME, OutputState, RunManifest, ShardRecord, StageState
 from ..store.shards import (
+    LOOKUP,
+    Check,
     ShardInfo,
     ShardReader,
     ShardWriter,
     clean_tmp,
+    footer_rows,
     iter_shard,
     list_shards,
     write_shard,
@@ -115,6 +126,8 @@ class RunResult:
     executed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
+    #: stage id → why it ran again in this run (stages that ran before; see the module docstring)
+    reasons: dict[str, str] = field(default_factory=dict)
     layout: str = "pipeline"
 
     def output(self, stage_id: str, output: str = "main") -> Path:
@@ -153,6 +166,8 @@ class Runner:
             raise ValueError("the single-stage layout needs a one-stage pipeline")
         self.layout = layout
         self.manifest_path = self.run_dir / MANIFEST_NAME
+        #: input shard → what its bytes must be (see _input_shards)
+        self._checks: dict[str, ShardCheck | None] = {}
 
     # -- paths -------------------------------------------------------------------------------
     def stage_dir(self, stage_id: str) -> Path:
@@ -172,7 +187,7 @@ class Runner:
         self.reporter.run_started(self.pipeline, self.run_dir)
         try:
             for sid in self.pipeline.order:
-                outcome = self._run_stage(sid, manifest)
+                outcome = self._run_stage(sid, manifest, result)
                 if outcome == "skipped":
                     result.skipped.append(sid)
                 else:
@@ -221,6 +236,8 @@ class Runner:
             if old is not None:  # keep execution counters across --force
                 for sid, st in old.stages.items():
                     manifest.stages[sid] = StageState(uses=st.uses, executions=st.executions)
+        #: the version the stages were last run with (a reason to rerun them when it changed)
+        self.previous_version = manifest.trajsynth_version
         manifest.pipeline = spec.name
         manifest.pipeline_path = str(self.pipeline.path) if self.pipeline.path else None
         manifest.config_hash = self.pipeline.config_hash()
@@ -238,16 +255,32 @@ class Runner:
 
     # -- inputs ------------------------------------------------------------------------------
     def _input_shards(self, ref: InputRef, manifest: RunManifest) -> list[Path]:
+        """The input's shards; what each one's bytes must be is noted in ``self._checks``
+        (the records of this run's stages; for a path, those of the manifest beside it),
+        which every reader of them is handed."""
         if ref.path is not None:
-            return list_shards(ref.path)
+            paths = list_shards(ref.path)
+            self._checks.update({str(p): c for p, c in shard_checks(paths).items()})
+            return paths
         state = manifest.stages[ref.stage]  # type: ignore[index]
         folder = output_dir(self.stage_dir(ref.stage), ref.output)  # type: ignore[arg-type]
         out = state.outputs.get(ref.output) or OutputState()
-        return [folder / s.file for s in sorted(out.shards, key=lambda s: s.file)]
+        records = sorted(out.shards, key=lambda s: s.file)
+        self._checks.update({str(folder / s.file): ShardCheck.of(s) for s in records})
+        return [folder / s.file for s in records]
+
+    def _check_of(self, path: Path) -> Check:
+        return self._checks.get(str(path), LOOKUP)
 
     def _input_fingerprint(self, ref: InputRef, manifest: RunManifest) -> str:
         if ref.path is not None:
-            return stable_hash([(p.name, file_fingerprint(p)) for p in list_shards(ref.path)])
+            # the files are hashed for the cache key anyway: check them against the run that
+            # wrote them now, before anything runs (a corrupt input is one clear error)
+            fingerprints = []
+            for p, check in shard_checks(list_shards(ref.path)).items():
+                fingerprints.append((p.name, fingerprint_of(p)))
+                check_shard(p, check, fingerprint=fingerprints[-1][1])
+            return stable_hash(fingerprints)
         return manifest.stages[ref.stage].fingerprint(ref.output)  # type: ignore[index]
 
     def _cache_key(self, rs: ResolvedStage, manifest: RunManifest) -> str:
@@ -267,44 +300,100 @@ class Runner:
             }
         )
 
-    def _outputs_intact(self, sid: str, state: StageState) -> bool:
-        """Every committed file exists with its recorded size, and every shard with its
-        recorded content fingerprint (a shard overwritten in place keeps its size)."""
+    def _outputs_changed(self, sid: str, state: StageState) -> str | None:
+        """What of the stage's committed files changed on disk since it finished (None when
+        nothing did): a file missing, resized, or a shard overwritten with other content of
+        the same size (its content fingerprint differs from the recorded one)."""
         art = self.artifacts_dir(sid)
         for rel, size in state.artifact_files.items():
             p = art / rel
-            if not p.exists() or p.stat().st_size != size:
-                log.warning("stage %s: artifact %s is missing or resized; rerunning", sid, p)
-                return False
+            if not p.exists():
+                return f"artifact {self._shown(p)} is missing"
+            if p.stat().st_size != size:
+                return (
+                    f"artifact {self._shown(p)} changed on disk "
+                    f"({p.stat().st_size:,} bytes, recorded {size:,})"
+                )
         for name, out in state.outputs.items():
             folder = output_dir(self.stage_dir(sid), name)
             for shard in out.shards:
                 p = folder / shard.file
-                if not p.exists() or p.stat().st_size != shard.bytes:
-                    log.warning("stage %s: shard %s is missing or resized; rerunning", sid, p)
-                    return False
-                if file_fingerprint(p) != shard.fingerprint:
-                    log.warning(
-                        "stage %s: shard %s is corrupt (content changed); rerunning", sid, p
+                if not p.exists():
+                    return f"shard {self._shown(p)} is missing"
+                if p.stat().st_size != shard.bytes:
+                    return (
+                        f"shard {self._shown(p)} changed on disk "
+                        f"({p.stat().st_size:,} bytes, recorded {shard.bytes:,})"
                     )
-                    return False
-        return True
+                found = fingerprint_of(p)
+                if found != shard.fingerprint:
+                    return (
+                        f"shard {self._shown(p)} changed on disk (content fingerprint "
+                        f"{found[:12]}, recorded {shard.fingerprint[:12]})"
+                    )
+        return None
+
+    def _shown(self, path: Path) -> str:
+        """``path`` relative to the run folder (as the user finds it there)."""
+        try:
+            return str(path.relative_to(self.run_dir))
+        except ValueError:
+            return str(path)
+
+    def _why_rerun(
+        self,
+        rs: ResolvedStage,
+        state: StageState | None,
+        key: str,
+        result: RunResult,
+    ) -> str | None:
+        """Why a stage that ran before runs (again) now; None when it may be skipped, or
+        when it never ran (a first run needs no reason)."""
+        if state is None:
+            return None
+        if self.force:  # (--force keeps only the states of the stages that ran before)
+            return "--force"
+        if state.status == "pending":
+            return None
+        if state.cache_key == key:
+            if state.status == "done":
+                return self._outputs_changed(rs.id, state)
+            what = "it was interrupted" if state.status == "running" else "it failed"
+            if type(rs.stage).kind == StageKind.GLOBAL:
+                return f"{what} (a global stage starts over: it cannot resume mid-way)"
+            return what
+        if state.uses != rs.step.uses:
+            return f"uses changed ({state.uses} → {rs.step.uses})"
+        inputs = [str(r) for r in rs.inputs]
+        if state.inputs != inputs:
+            return f"from changed ({', '.join(state.inputs) or '-'} → {', '.join(inputs)})"
+        upstream = [
+            r.stage for r in rs.inputs if r.stage is not None and r.stage in result.executed
+        ] + [n for n in rs.needs if n in result.executed]
+        if upstream:
+            names = list(dict.fromkeys(map(repr, upstream)))
+            stages = f"stage {names[0]}" if len(names) == 1 else f"stages {', '.join(names)}"
+            return f"the output of {stages} changed (it ran again)"
+        if self.previous_version and self.previous_version != __version__:
+            return f"trajsynth {self.previous_version} → {__version__}"
+        return (
+            "its settings or input files changed "
+            f"(cache key {key[:12]}, recorded {(state.cache_key or '-')[:12]})"
+        )
 
     # -- one stage ---------------------------------------------------------------------------
-    def _run_stage(self, sid: str, manifest: RunManifest) -> str:
+    def _run_stage(self, sid: str, manifest: RunManifest, result: RunResult) -> str:
         rs = self.pipeline.stages[sid]
         cls = type(rs.stage)
         key = self._cache_key(rs, manifest)
         state = manifest.stages.get(sid)
-        if (
-            state is not None
-            and not self.force
-            and state.status == "done"
-            and state.cache_key == key
-            and self._outputs_intact(sid, state)
-        ):
+        why = self._why_rerun(rs, state, key, result)
+        if state is not None and state.status == "done" and why is None:
             self.reporter.stage_finished(sid, state, "skipped")
             return "skipped"
+        if why is not None:
+            log.info("stage %s runs again: %s", sid, why)
+            result.reasons[sid] = why
 
         resume = (
             state is not None
@@ -361,9 +450,7 @@ class Runner:
         total_in = sum(_rows_of(p) for _, paths in inputs for p in paths)
         state.rows_in = total_in
         expected = total_in if cls.kind != StageKind.SOURCE else rs.stage.expected_rows()
-        self.reporter.stage_started(
-            sid, rs.step.uses, cls.kind.value, expected, "resuming" if resume else ""
-        )
+        self.reporter.stage_started(sid, rs.step.uses, cls.kind.value, expected, why or "")
         try:
             if cls.kind == StageKind.MAP:
                 self._execute_map(rs, state, spec, inputs, manifest, key)
@@ -550,6 +637,7 @@ class Runner:
                             outputs=cls.outputs,
                             plugins=tuple(self.pipeline.spec.plugins),
                             rows=_rows_of(p),
+                            input_check=self._check_of(p),
                         )
                     )
                 index += 1
@@ -615,7 +703,7 @@ class Runner:
         def all_batches() -> Iterator[pa.RecordBatch]:
             for _, paths in inputs:
                 for p in paths:
-                    for b in iter_shard(p):
+                    for b in iter_shard(p, check=self._check_of(p)):
                         if not is_source:
                             self.reporter.advance(rs.id, b.num_rows)
                         yield b
@@ -629,7 +717,7 @@ class Runner:
                 spill.mkdir(parents=True)
                 paths = [p for _, ps in inputs for p in ps]
                 shard_set = ShardSet(
-                    shards=[ShardReader(str(p)) for p in paths],
+                    shards=[ShardReader(str(p), self._check_of(p)) for p in paths],
                     rows=[_rows_of(p) for p in paths],
                     spill_dir=spill,
                     mapper=self.executor.map,
@@ -718,10 +806,8 @@ def _without_secrets(roles: dict[str, dict]) -> dict[str, dict]:
 
 
 def _rows_of(path: Path) -> int:
-    import pyarrow.parquet as pq
-
     try:
-        return pq.ParquetFile(path).metadata.num_rows
+        return footer_rows(path)
     except Exception:  # unreadable files fail later with a clear DataError
         return 0
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..core.ids import canonical_json
 from ..core.jsonvalues import json_leaves
+from ..core.surface import other_form
 
 __all__ = [
     "Call",
@@ -108,10 +109,12 @@ def number_set(text: str) -> set[float]:
 
 
 def value_in_text(value: str | float, text: str, numbers: set[float]) -> bool:
-    """Whether a leaf value occurs in ``text`` (casefolded) or, for numbers, ``numbers``."""
+    """Whether a leaf value occurs in ``text`` (casefolded) or, for numbers, ``numbers`` —
+    or is written there in a form that maps back to exactly it ("March 5, 2024" for
+    "2024-03-05", "two" for 2; :mod:`trajsynth.core.surface`)."""
     if isinstance(value, float):
-        return value in numbers
-    return value in text
+        return value in numbers or other_form(value, text) is not None
+    return value in text or other_form(value, text) is not None
 
 
 def tool_names(tools: Any) -> set[str]:

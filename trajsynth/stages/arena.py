@@ -30,7 +30,6 @@ For each verified row (``success`` true, with ground truth):
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Literal
 
 from pydantic import Field
@@ -55,7 +54,23 @@ return exactly the outputs listed for the calls below (other arguments may raise
 exception). Standard library only; no network, no files. Answer with the code only, in a \
 ```python block."""
 
-_CODE = re.compile(r"```(?:python)?\s*\n(.*?)```", re.S)
+
+def code_block(text: str) -> str | None:
+    """The body of the first ```-fenced block of ``text`` whose opening line is the fence and
+    at most a language tag (```` ```python ````), or None. ``str.find`` only, each line looked
+    at once: a pattern with a lazy body and optional parts backtracked quadratically on a
+    reply of one unclosed fence and blank lines."""
+    pos = 0
+    while (i := text.find("```", pos)) >= 0:
+        nl = text.find("\n", i + 3)
+        if nl < 0:
+            return None
+        tag = text[i + 3 : nl].strip()
+        if not tag or tag.replace("-", "").replace("+", "").replace(".", "").isalnum():
+            close = text.find("```", nl + 1)
+            return None if close < 0 else text[nl + 1 : close]
+        pos = nl + 1
+    return None
 
 
 class ArenaConfig(StageConfig):
@@ -167,8 +182,8 @@ class Arena(RowStage[ArenaConfig]):
                 if not result.ok:
                     ctx.metrics.inc("tool_requests_failed")
                 text = result.choices[0].message.content or "" if result.ok else ""
-                m = _CODE.search(text)
-                source = (m.group(1) if m else text).strip()
+                block = code_block(text)
+                source = (text if block is None else block).strip()
                 wrong = None
                 for c in golds:
                     out, err = await _in_thread(run_code, self._box(ctx), name, source, c.arguments)

@@ -33,7 +33,6 @@ response, the judge's error analysis; ``extra["gcp"]``: the conversation before 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -106,8 +105,6 @@ OUTPUT: <tool_call>{{"name": "book_taxi",
 
 Now write one new sample."""
 
-_IO = re.compile(r"INPUT:\s*(.*?)\s*OUTPUT:\s*(.*)", re.S)
-
 
 class EDDEConfig(StageConfig):
     role: str = Field("expander", description="LLM role that writes the new samples.")
@@ -122,10 +119,15 @@ def parse_generation(text: str | None, tools: list[dict[str, Any]]) -> tuple[Any
     from ..envs.verifiers.schema import check_call
     from ..llm.parsing import parse_output
 
-    match = _IO.search(text or "")
-    if match is None:
+    # the first INPUT: and the first OUTPUT: after it (str.find: a lazy pattern with
+    # whitespace on both sides of the request took cubic time on a long reply)
+    text = text or ""
+    start = text.find("INPUT:")
+    end = text.find("OUTPUT:", start + len("INPUT:")) if start >= 0 else -1
+    if end < 0:
         return None, "no_input_output"
-    request, output = match.group(1).strip(), match.group(2).strip()
+    request = text[start + len("INPUT:") : end].strip()
+    output = text[end + len("OUTPUT:") :].strip()
     if not request:
         return None, "empty_input"
     if "<tool_call>" not in output:

@@ -3,7 +3,8 @@
 Translation", arXiv:2503.07826, §3).
 
 For each domain (a built-in domain or a toolset offered by ``defaults.env``), candidate
-after candidate until ``tasks_per_domain`` tasks are made:
+after candidate until ``tasks_per_domain`` tasks are made (or ``tasks_per_tool`` × the domain's
+tools, when that is more):
 
 1) the graph: :func:`~trajsynth.graph.build_graph` over the domain's toolset (types and
    name/description similarity; Magnet's LLM edge check with ``edge_check: true``, judge
@@ -23,9 +24,11 @@ after candidate until ``tasks_per_domain`` tasks are made:
    removed (``graph.pruned_feeds``), as HardGen refines its API graph with execution
    feedback;
 5) back-translation, one request per turn from the ``query_writer`` role: it must carry every
-   value the user states (a request missing one, or naming a function, is rejected and the
-   next phrasing tried) and never name a function. A miss-param turn's request leaves the
-   value out; the user's follow-up (``clarification``) gives it. A miss-func turn asks for a
+   value the user states, verbatim or in a form that maps back to it alone ("March 5, 2024"
+   for 2024-03-05, :mod:`trajsynth.core.surface`; a request missing one, or naming a
+   function, is rejected and the next phrasing tried) and never name a function. A
+   miss-param turn's request leaves the value out; the user's follow-up (``clarification``)
+   gives it. A miss-func turn asks for a
    function the task does not offer; its gold is a reply and no call;
 6) the task row: ``goal`` (the first request), ``ground_truth`` (turns with requests and gold
    steps, ``env_seed``, ``final_state_hash``, bindings, the path and the operations),
@@ -112,6 +115,12 @@ class MagnetTasksConfig(StageConfig):
         None, description="Domains to synthesize for (default: every domain ctx.envs offers)."
     )
     tasks_per_domain: int = Field(20, ge=1, description="Tasks made per domain.")
+    tasks_per_tool: float | None = Field(
+        None,
+        gt=0,
+        description="Tasks per tool of the domain, when that is more than tasks_per_domain "
+        "(a collection of 800 tools gets more tasks than one of 10); none: tasks_per_domain.",
+    )
     max_candidates: int | None = Field(
         None, ge=1, description="Candidates tried per domain (default 6 × tasks_per_domain)."
     )
@@ -203,7 +212,17 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
 
     def expected_rows(self) -> int | None:
         cfg = self.config
-        return None if cfg.domains is None else cfg.tasks_per_domain * len(cfg.domains)
+        if cfg.domains is None or cfg.tasks_per_tool is not None:
+            return None
+        return cfg.tasks_per_domain * len(cfg.domains)
+
+    def quota(self, ctx: Context, domain: str) -> int:
+        """Tasks to make in ``domain``: tasks_per_domain, or tasks_per_tool × its tools."""
+        cfg = self.config
+        if cfg.tasks_per_tool is None:
+            return cfg.tasks_per_domain
+        tools = len(ctx.envs.toolset(domain))
+        return max(cfg.tasks_per_domain, round(cfg.tasks_per_tool * tools))
 
     # -- 1) the graph ----------------------------------------------------------------------
     def graph(self, ctx: Context, domain: str) -> SignatureGraph:
@@ -241,10 +260,11 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         with ThreadPoolExecutor(2, thread_name_prefix="magnet-queries") as pool:
             for domain in domains:
                 graph = self.graph(ctx, domain)
-                limit = cfg.max_candidates or 6 * cfg.tasks_per_domain
+                quota = self.quota(ctx, domain)
+                limit = cfg.max_candidates or 6 * quota
                 count, k = 0, 0
                 pending: deque[tuple[list[_Candidate], Future[None]]] = deque()
-                while count < cfg.tasks_per_domain:
+                while count < quota:
                     if k < limit:
                         block: list[_Candidate] = []
                         while len(block) < cfg.block and k < limit:
@@ -263,7 +283,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                     job.result()
                     rows = []
                     for cand in done:
-                        if count >= cfg.tasks_per_domain:
+                        if count >= quota:
                             ctx.metrics.inc("unused")  # made after the quota was reached
                             continue
                         row = self.task_row(ctx, graph, cand)
@@ -280,10 +300,10 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                 for extra, job in pending:  # blocks in flight when the quota was reached
                     job.result()
                     ctx.metrics.inc("unused", len(extra))
-                if count < cfg.tasks_per_domain:
+                if count < quota:
                     ctx.log.warning(
                         "magnet_tasks: %s gave %d of %d tasks from %d candidates",
-                        domain, count, cfg.tasks_per_domain, k,
+                        domain, count, quota, k,
                     )  # fmt: skip
 
     # -- 2-4) one candidate ----------------------------------------------------------------

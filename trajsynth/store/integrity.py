@@ -2,34 +2,125 @@
 
 The run manifest records, for every committed shard, its size and a content fingerprint
 (BLAKE2b of the file's bytes, :func:`trajsynth.core.ids.file_fingerprint`). A Parquet file
-overwritten in the middle keeps its size and often a readable footer, so size checks and the
-footer check of the reader do not see it. :func:`verify_shards` does:
+overwritten in the middle keeps its size and often a readable footer (one bit flipped in a
+data page is read as other values, without an error), so size checks and the footer check of
+the reader do not see it. The fingerprint does:
 
 1. for each shard, find the manifest that describes it: ``manifest.json`` in the shard's
    folder (one-stage layout), one level up (``<run>/<stage>/part-*``) or two
-   (``<run>/<stage>/<output>/part-*``);
+   (``<run>/<stage>/<output>/part-*``) (:func:`shard_record`, :func:`shard_checks`);
 2. find the shard's record there (stage, output and file name from the relative path);
-3. compare the size, then the fingerprint; a mismatch is one :class:`DataError` naming the
-   file and what to do. Shards that no manifest describes (imported or hand-made files) are
-   read as they are.
+3. compare the size, then the fingerprint (:func:`check_shard`); a mismatch is one
+   :class:`DataError` naming the file and what to do. Shards that no manifest describes
+   (imported or hand-made files) are read as they are.
 
-``stats``, ``show``, ``export`` and ``report`` call it before reading; the runner checks the
-same fingerprints before it reuses a cached stage (and reruns the stage on a mismatch).
+Every read of a shard goes through ``store.shards`` (``iter_batches``, ``iter_shard``,
+``read_table``, ``read_records``, ``ShardReader``: the only code that opens Parquet files,
+``tests/store/test_one_reader.py``), which checks the shard this way while it decodes it;
+the runner hands the records it already has to its readers (its own stages' outputs, in
+every executor), everything else looks them up. :func:`verify_shards` checks shards without
+reading them (``stats``, ``show``, ``export`` and ``report`` call it first, so a corrupt shard
+anywhere fails before any output); the runner checks the same fingerprints before it reuses
+a cached stage (and reruns the stage on a mismatch).
+
+A fingerprint computed in this process is remembered for a file whose size, inode and
+modification time are unchanged, as long as that time was over :data:`RACY_S` seconds old
+when it was computed (a write within the file system's timestamp granularity of the
+computation could otherwise keep all three: git's "racily clean" rule). So a shard that was
+verified, then read, is hashed once.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import DataError
 from ..core.ids import file_fingerprint
 
-__all__ = ["shard_record", "verify_shards"]
+__all__ = [
+    "RACY_S",
+    "ShardCheck",
+    "check_shard",
+    "fingerprint_of",
+    "shard_checks",
+    "shard_record",
+    "verify_shards",
+]
 
 _MANIFEST = "manifest.json"
+RACY_S = 2.0  # a file modified less than this before its hash is hashed again next time
+
+
+@dataclass(frozen=True)
+class ShardCheck:
+    """What a shard's bytes must be: its size and fingerprint as its run committed them
+    (either may be None: not recorded)."""
+
+    bytes: int | None
+    fingerprint: str | None
+
+    @classmethod
+    def of(cls, record: Any) -> ShardCheck:
+        """From a manifest record (a dict or a ``ShardRecord``)."""
+        get = record.get if isinstance(record, dict) else lambda k: getattr(record, k, None)
+        size, fingerprint = get("bytes"), get("fingerprint")
+        return cls(
+            size if isinstance(size, int) else None,
+            fingerprint if isinstance(fingerprint, str) and fingerprint else None,
+        )
+
+
+_KNOWN: dict[tuple[str, int, int, int, int], str] = {}
+_KNOWN_LOCK = threading.Lock()
+_KNOWN_MAX = 65_536
+
+
+def fingerprint_of(path: Path) -> str:
+    """``file_fingerprint(path)``, remembered for an unchanged file (see the module
+    docstring)."""
+    st = os.stat(path)
+    key = (str(Path(path).resolve()), st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns)
+    with _KNOWN_LOCK:
+        known = _KNOWN.get(key)
+    if known is not None:
+        return known
+    started = time.time_ns()
+    fingerprint = file_fingerprint(path)
+    if started - st.st_mtime_ns > RACY_S * 1e9:
+        with _KNOWN_LOCK:
+            if len(_KNOWN) >= _KNOWN_MAX:
+                _KNOWN.clear()
+            _KNOWN[key] = fingerprint
+    return fingerprint
+
+
+def check_shard(shard: Path, check: ShardCheck | None, *, fingerprint: str | None = None) -> None:
+    """Raise :class:`DataError` when ``shard`` is not the file ``check`` describes: another
+    size, or (``fingerprint``: its fingerprint when the caller computed it already) another
+    content. ``None``: nothing recorded, nothing to check."""
+    if check is None:
+        return
+    problem = None
+    size = shard.stat().st_size
+    if check.bytes is not None and size != check.bytes:
+        problem = f"{size:,} bytes, the run wrote {check.bytes:,}"
+    elif check.fingerprint is not None:
+        got = fingerprint if fingerprint is not None else fingerprint_of(shard)
+        if got != check.fingerprint:
+            problem = "its content differs from what the run wrote (fingerprint mismatch)"
+    if problem:
+        raise DataError(
+            f"{shard}: corrupt shard: {problem}",
+            hint="the file was changed after it was written; rerun the stage that wrote "
+            "it (`trajsynth run` reruns a stage whose shards do not match)",
+        )
 
 
 def _records(manifest: dict[str, Any]) -> dict[tuple[str, ...], dict[str, Any]]:
@@ -69,27 +160,24 @@ def shard_record(shard: Path, cache: dict[Path, Any] | None = None) -> dict[str,
     return None
 
 
+def shard_checks(shards: Iterable[str | Path]) -> dict[Path, ShardCheck | None]:
+    """Each shard's :class:`ShardCheck` from the manifest that describes it (None for a
+    shard no manifest describes); every manifest is read once."""
+    cache: dict[Path, Any] = {}
+    out: dict[Path, ShardCheck | None] = {}
+    for s in shards:
+        rec = shard_record(Path(s), cache)
+        out[Path(s)] = None if rec is None else ShardCheck.of(rec)
+    return out
+
+
 def verify_shards(shards: Iterable[str | Path]) -> int:
     """Check every shard against its manifest record (see the module docstring). Returns how
     many were checked; raises :class:`DataError` on the first mismatch."""
-    cache: dict[Path, Any] = {}
     checked = 0
-    for s in shards:
-        shard = Path(s)
-        rec = shard_record(shard, cache)
-        if rec is None:
+    for shard, check in shard_checks(shards).items():
+        if check is None:
             continue
-        problem = None
-        size = shard.stat().st_size
-        if isinstance(rec.get("bytes"), int) and size != rec["bytes"]:
-            problem = f"{size:,} bytes, the run wrote {rec['bytes']:,}"
-        elif rec.get("fingerprint") and file_fingerprint(shard) != rec["fingerprint"]:
-            problem = "its content differs from what the run wrote (fingerprint mismatch)"
-        if problem:
-            raise DataError(
-                f"{shard}: corrupt shard: {problem}",
-                hint="the file was changed after it was written; rerun the stage that wrote "
-                "it (`trajsynth run` reruns a stage whose shards do not match)",
-            )
+        check_shard(shard, check)
         checked += 1
     return checked

@@ -9,16 +9,26 @@ Reading. :func:`list_shards` resolves a file, a folder (its ``part-*.parquet``, 
 ``*.parquet``) or a glob; :func:`iter_batches` streams record batches with column projection.
 Every file's footer is checked first: a corrupt, truncated or foreign file, or a shard of an
 unknown schema version, ends in one :class:`DataError` naming the file.
+
+This module is the only code that opens Parquet files for reading
+(``tests/store/test_one_reader.py``), and every read goes through :func:`_read_shard`, which
+checks the shard against the size and fingerprint its run recorded (``integrity``): the
+record the caller hands over (the runner knows its stages' records), or the one found in the
+manifest beside the shard. The fingerprint is computed in a thread while pyarrow decodes the
+file (both release the GIL), so on a machine with a core to spare a verified read costs
+little more than a plain one; a mismatch is one :class:`DataError` and no rows.
 """
 
 from __future__ import annotations
 
 import glob as globlib
 import os
+import threading
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,15 +37,20 @@ from ..core.batch import conform, to_records
 from ..core.errors import DataError, InputNotFoundError, SchemaVersionError
 from ..core.ids import file_fingerprint
 from ..core.schema import ARROW_SCHEMA, SCHEMA_VERSION, Trajectory
+from .integrity import ShardCheck, check_shard, fingerprint_of, shard_checks
 from .migrations import MIGRATIONS
 
 __all__ = [
     "DEFAULT_COMPRESSION",
+    "LOOKUP",
+    "Check",
+    "ShardCheck",
     "ShardInfo",
     "ShardReader",
     "ShardWriter",
     "clean_tmp",
     "count_rows",
+    "footer_rows",
     "fsync_dir",
     "iter_batches",
     "iter_shard",
@@ -295,45 +310,99 @@ def iter_batches(
     At most two shards are in memory at once.
     """
     shards = list_shards(path)
+    checks = shard_checks(shards)  # each manifest read once
     if len(shards) <= 1:
         for shard in shards:
-            yield from iter_shard(shard, columns=columns, batch_size=batch_size)
+            yield from iter_shard(
+                shard, columns=columns, batch_size=batch_size, check=checks[shard]
+            )
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trajsynth-read") as pool:
-        pending = pool.submit(_read_shard, shards[0], columns)
+        pending = pool.submit(_read_shard, shards[0], columns, checks[shards[0]])
         for nxt in [*shards[1:], None]:
             table = pending.result()
             if nxt is not None:
-                pending = pool.submit(_read_shard, nxt, columns)
+                pending = pool.submit(_read_shard, nxt, columns, checks[nxt])
             yield from table.to_batches(max_chunksize=batch_size)
 
 
+#: ``check=LOOKUP``: find the shard's record in the manifest beside it
+LOOKUP: Final = "lookup"
+Check = ShardCheck | None | Literal["lookup"]
+
+
 def iter_shard(
-    shard: Path, *, columns: Sequence[str] | None = None, batch_size: int = 65_536
+    shard: Path,
+    *,
+    columns: Sequence[str] | None = None,
+    batch_size: int = 65_536,
+    check: Check = LOOKUP,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream one shard's batches (version-checked, migrated where needed)."""
-    yield from _read_shard(shard, columns).to_batches(max_chunksize=batch_size)
+    """Stream one shard's batches (verified, version-checked, migrated where needed).
+    ``check``: what its bytes must be (the caller's record), ``LOOKUP`` (the default) to find
+    it in the manifest, None for a shard that no run recorded."""
+    yield from _read_shard(shard, columns, check).to_batches(max_chunksize=batch_size)
 
 
 @dataclass(frozen=True)
 class ShardReader:
     """A picklable reader of one shard, what the runner hands a streaming global stage (its
     workers read their own shards; only this layer opens files): ``reader(columns)`` → the
-    rows, version-checked and migrated; ``reader.columns`` → the column names."""
+    rows, verified against ``check`` (see :func:`iter_shard`), version-checked and
+    migrated; ``reader.columns`` → the column names."""
 
     path: str
+    check: Check = LOOKUP
 
     @property
     def columns(self) -> list[str]:
-        return list(pq.read_schema(self.path).names)
+        try:
+            return list(pq.read_schema(self.path).names)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            raise DataError(f"{self.path}: not a readable Parquet file ({exc})") from exc
 
     def __call__(self, columns: Sequence[str] | None = None) -> pa.Table:
-        return _read_shard(Path(self.path), columns)
+        return _read_shard(Path(self.path), columns, self.check)
 
 
-def _read_shard(shard: Path, columns: Sequence[str] | None) -> pa.Table:
+def _fingerprint_in_thread(shard: Path) -> Future[str]:
+    """The shard's fingerprint, computed in a thread of its own (hashing releases the GIL,
+    so it runs beside pyarrow's decoding)."""
+    future: Future[str] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fingerprint_of(shard))
+        except BaseException as exc:  # handed to the reader, which raises it
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="trajsynth-verify", daemon=True).start()
+    return future
+
+
+def _read_shard(shard: Path, columns: Sequence[str] | None, check: Check = LOOKUP) -> pa.Table:
     """One whole shard (shards are bounded by shard_rows, and a whole read is multi-threaded
-    and faster than iter_batches), version-checked and migrated where needed."""
+    and faster than iter_batches), verified against ``check`` (see :func:`iter_shard`),
+    version-checked and migrated where needed. The one function that reads shard data."""
+    if check == LOOKUP:
+        check = shard_checks([shard])[shard]
+    fingerprint: Future[str] | None = None
+    if check is not None:
+        check_shard(shard, ShardCheck(check.bytes, None))  # the size first: no hash needed
+        if check.fingerprint is not None:
+            fingerprint = _fingerprint_in_thread(shard)
+    try:
+        table = _decode(shard, columns)
+    except BaseException:
+        if fingerprint is not None:  # a corrupt shard is said as such, not as bad Parquet
+            check_shard(shard, check, fingerprint=fingerprint.result())
+        raise
+    if fingerprint is not None:
+        check_shard(shard, check, fingerprint=fingerprint.result())
+    return table
+
+
+def _decode(shard: Path, columns: Sequence[str] | None) -> pa.Table:
     pf = _open(shard)
     version = _check_version(pf, shard)
     if columns is not None and version == SCHEMA_VERSION:
@@ -363,8 +432,13 @@ def read_table(
 
 
 def count_rows(path: str | Path | Iterable[str | Path]) -> int:
-    """Total rows under ``path``, from the footers only."""
-    return sum(_open(s).metadata.num_rows for s in list_shards(path))
+    """Total rows under ``path``, from the footers only (not verified: no rows are read)."""
+    return sum(footer_rows(s) for s in list_shards(path))
+
+
+def footer_rows(shard: str | Path) -> int:
+    """The rows one shard's footer says it holds (``DataError`` for an unreadable file)."""
+    return _open(Path(shard)).metadata.num_rows
 
 
 def read_records(path: str | Path | Iterable[str | Path]) -> list[Trajectory]:

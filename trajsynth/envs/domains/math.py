@@ -22,7 +22,7 @@ import ast
 import math
 import operator
 import statistics as stats_lib
-from decimal import ROUND_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_UP, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_UP, Decimal, InvalidOperation
 from typing import Annotated, Literal, TypedDict
 
 from ..domain import Domain
@@ -316,7 +316,10 @@ def round_number(
         "down": ROUND_DOWN,
         "up": ROUND_UP,
     }[mode]
-    q = Decimal(str(value)).quantize(Decimal(1).scaleb(-digits), rounding=rule)
+    try:
+        q = Decimal(str(value)).quantize(Decimal(1).scaleb(-digits), rounding=rule)
+    except InvalidOperation:  # inf, nan, or more digits than a decimal holds (28)
+        raise ToolError("invalid_value", f"cannot round {value!r} to {digits} places") from None
     return {"value": value, "result": float(q)}
 
 

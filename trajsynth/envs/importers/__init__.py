@@ -14,6 +14,8 @@ definition of its name came first. An importer never raises for one bad spec; it
 | toolalpaca | :mod:`.toolalpaca` | ToolAlpaca records with OpenAPI documentation |
 | stabletoolbench | :mod:`.stabletoolbench` | ToolBench/StableToolBench ``api_list`` queries |
 | apibank | :mod:`.apibank` | API-Bank level-1 test file / dialogues |
+
+:func:`~.detect.detect_format` tells the format of a file or folder when only one fits.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from ...core.errors import ConfigError
 from ..spec import Toolset
 from .apibank import import_apibank
 from .bfcl import import_bfcl
+from .detect import detect_format
 from .openai import import_openai
 from .stabletoolbench import import_stabletoolbench
 from .tau import import_tau
 from .toolalpaca import import_toolalpaca
 
-__all__ = ["FORMATS", "IMPORTERS", "import_tools"]
+__all__ = ["FORMATS", "IMPORTERS", "detect_format", "import_tools"]
 
 IMPORTERS: dict[str, Callable[[str | Path], Toolset]] = {
     "openai": import_openai,

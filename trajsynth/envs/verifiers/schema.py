@@ -30,12 +30,11 @@ path of the offending value (``passengers[1].dob``).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from ...core.jsonvalues import json_type
+from ...core.jsonvalues import PATTERN_TIMEOUT_S, json_type, pattern_search
 from ...core.schema import ToolCall, Trajectory
 from ..spec import Toolset, ToolSpec
 
@@ -187,10 +186,13 @@ def _constraints(value: Any, schema: dict[str, Any], path: str, out: list[Schema
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
             try:
-                if re.search(pattern, value) is None:
+                if pattern_search(pattern, value) is False:  # None: the pattern is invalid
                     problems.append(f"{path} does not match pattern {pattern}")
-            except re.error:
-                pass
+            except TimeoutError:
+                problems.append(
+                    f"{path} ({len(value):,} characters) could not be matched against pattern "
+                    f"{pattern} within {PATTERN_TIMEOUT_S:g} s"
+                )
     elif isinstance(value, list):
         if isinstance(schema.get("minItems"), int) and len(value) < schema["minItems"]:
             problems.append(f"{path} has fewer than {schema['minItems']} items")

@@ -11,6 +11,8 @@ behaviour. It is never used as the model under training.
 - :mod:`.actor` — teacher/actor (acts on a task's ground truth with a seeded skill profile)
   and user simulator;
 - :mod:`.writers` — director, query writer, expander (EDDE);
+- :mod:`.phrasing` — how the roles word requests (a tool's purpose paraphrased, every value
+  stated in a form that maps back to it) and the teacher's thoughts;
 - :mod:`.judge` — JGLV / APIGen / edge judges and the HardGen verifier;
 - :mod:`.repair` — ECHO rewriter and STeCa reflector;
 - :mod:`.backend` — :class:`SimBackend`: dispatch, seeding, rendering, log-probs, usage.

@@ -32,15 +32,8 @@ from typing import Any
 from ...core.ids import seed_from
 from ...core.task import GoldCall, GoldTurn, GroundTruth
 from .contracts import ActorMeta, SimConfig, SkillProfile, UserMeta
-from .text import (
-    _PERSONAS,
-    ToolIndex,
-    default_args,
-    hallucinate_name,
-    lower_first,
-    perturb_value,
-    verb_phrase,
-)
+from .phrasing import PERSONA_OPENERS, call_thought, lower_first, thought
+from .text import ToolIndex, default_args, hallucinate_name, perturb_value
 
 __all__ = ["ConversationState", "SimOutput", "act", "read_conversation", "user_reply"]
 
@@ -137,6 +130,11 @@ class _Actor:
         self.gt: GroundTruth = meta.ground_truth
         self.tools = ToolIndex(tools)
         self.st = read_conversation(messages)
+        self.said = " ".join(
+            m["content"]
+            for m in messages
+            if m.get("role") == "user" and isinstance(m.get("content"), str)
+        )
         self.cfg = cfg
         profile: SkillProfile = meta.profile or cfg.profile
         self.profile = profile.scaled(profile.hint_error_scale) if meta.hint else profile
@@ -146,16 +144,17 @@ class _Actor:
     def rng(self, *parts: Any) -> random.Random:
         return random.Random(seed_from(*self.key, *parts))
 
-    def think(self, text: str) -> None:
+    def think_of(self, kind: str, *parts: Any, **fields: str) -> None:
+        """A reasoning line of ``kind`` (see :func:`.phrasing.thought`), worded per step."""
         if self.cfg.think:
-            self.out.reasoning = text
+            self.out.reasoning = thought(kind, self.rng("think", kind, *parts), **fields)
 
     # -- the step --------------------------------------------------------------------------
     def run(self) -> SimOutput:
         turns = self.gt.turns
         t = self.meta.turn if self.meta.turn is not None else max(self.st.turn, 0)
         if t >= len(turns):
-            self.think("Every request in this conversation has been handled.")
+            self.think_of("done", t)
             self.out.content = "Everything you asked for is done."
             return self.out
         g = turns[t]
@@ -175,9 +174,9 @@ class _Actor:
             self.out.calls = [(name, _args_text(default_args(info, rr)))]
             self.out.uncertain = True
             self.out.trace.append(f"spurious_call@t{t}")
-            self.think(f"This might need a tool; I will call {name}.")
+            self.think_of("spurious", t, tool=name)
             return self.out
-        self.think("No tool is needed; I can answer directly.")
+        self.think_of("no_tool", t)
         self.out.content = self._no_question(
             g.answer or "Happy to help with that: " + _gist(g.request)
         )
@@ -188,7 +187,7 @@ class _Actor:
         if rr.random() >= self.profile.skip_clarification:
             if self.st.steps_done == 0 and not self.st.asked:
                 param = self._clarified_param(g)
-                self.think("A required detail is missing from the request, so I should ask.")
+                self.think_of("ask", t)
                 q = g.answer if _is_question(g.answer) else None
                 self.out.content = q or (
                     f"Could you tell me which {param[1].replace('_', ' ')} you want me to use?"
@@ -226,7 +225,7 @@ class _Actor:
         if first_step and self.rng("ask", t).random() < self.profile.needless_clarification:
             self.out.trace.append(f"needless_clarification@t{t}")
             self.out.uncertain = True
-            self.think("I am not sure I understood every detail; I will ask first.")
+            self.think_of("unsure", t)
             self.out.content = "Before I start, could you confirm the details of your request?"
             return self.out
         return self.play(t, g, steps, self.plan(t, steps), guessed=False)
@@ -271,11 +270,15 @@ class _Actor:
             self.out.calls.append(self.one_call(t, s, c, call))
         if self.out.trace:
             self.out.uncertain = True
-        first = steps[s][0] if steps[s] else None
-        if first is not None:
-            info = self.tools.get(first.name)
-            purpose = verb_phrase(first.name, info.description if info else "")
-            self.think(f"Next I need to {purpose}, so I will call {self.out.calls[0][0]}.")
+        if self.out.calls and self.cfg.think:
+            self.out.reasoning = call_thought(
+                [(name, _loads(args)) for name, args in self.out.calls],
+                self.tools,
+                self.rng("think", t, done),
+                request=self.said,
+                step=done,
+                outputs=self.st.all_results,
+            )
         return self.out
 
     def one_call(self, t: int, s: int, c: int, call: GoldCall) -> tuple[str, str]:
@@ -333,7 +336,7 @@ class _Actor:
             for req in self.gt.required_outputs:
                 if req not in text and any(req in r for r in self.st.all_results):
                     text += f" ({req})"
-        self.think("I have what I need to answer.")
+        self.think_of("answer", t, self.st.steps_done)
         self.out.content = self._no_question(text)
         return self.out
 
@@ -344,6 +347,15 @@ class _Actor:
         while text.endswith("?"):
             text = text[:-1].rstrip()
         return (text or "Done") + ("" if text.endswith((".", "!", ")")) else ".")
+
+
+def _loads(text: str) -> dict[str, Any] | None:
+    """Arguments as written, or None when they are not a JSON object."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _canon(step: list[GoldCall]) -> list[str]:
@@ -380,7 +392,10 @@ def user_reply(
         out.content = meta.stop_token
         return out
     if st.turn < 0:
-        opener = rng("open").choice(_PERSONAS.get(meta.persona) or [f"As a {meta.persona}, "])
+        opener = rng("open").choice(
+            PERSONA_OPENERS.get(meta.persona or "")
+            or ([f"As a {meta.persona}, "] if meta.persona else [""])
+        )
         req = turns[0].request
         out.content = (opener + (lower_first(req) if opener else req)).strip()
         return out
@@ -390,9 +405,15 @@ def user_reply(
         if g is not None and g.kind == "clarify" and st.followups == 0:
             out.content = g.clarification or "Use whatever value is most common."
         else:
-            out.content = "Everything you need is in my request — please go ahead: " + (
-                g.request if g else ""
+            lead = rng("restate").choice(
+                [
+                    "Everything you need is in my request — please go ahead: ",
+                    "It's all in what I wrote, go ahead: ",
+                    "Yes, just as I said: ",
+                    "No changes, please do it: ",
+                ]
             )
+            out.content = lead + (g.request if g else "")
         return out
     if st.last_role == "assistant" and st.answered:
         if t + 1 < len(turns):

@@ -18,11 +18,13 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from ...core.surface import verbatim
 from ...core.task import GoldCall
 from .actor import SimOutput
 from .contracts import ReflectorMeta, RewriterMeta, SimConfig
 from .judge import _ERROR_WORDS, as_calls
-from .text import ToolIndex, compose_query, describe_call, perturb_value, render_value, verb_phrase
+from .phrasing import compose_query, describe_call, intent_phrase
+from .text import ToolIndex, perturb_value
 
 __all__ = ["reflect", "rewrite"]
 
@@ -113,8 +115,8 @@ def rewrite(
             target["arguments"][k] = perturb_value(target["arguments"][k], r)
             wrong = True
     workflow = " ".join(
-        f"Step {i + 1}: {verb_phrase(c['name'], _desc(tools, c['name']))} "
-        f"({', '.join(f'{k}={render_value(v)}' for k, v in c['arguments'].items())})."
+        f"Step {i + 1}: {intent_phrase(c['name'], _desc(tools, c['name']))} "
+        f"({', '.join(f'{k}={verbatim(v)}' for k, v in c['arguments'].items())})."
         for i, c in enumerate(out_calls)
     )
     final = done[-1][1]
@@ -148,7 +150,7 @@ def reflect(
     else:
         what = "the previous action"
     plan = " and ".join(
-        f"{verb_phrase(c.name, _desc(tools, c.name))} by calling {c.name} with "
+        f"{intent_phrase(c.name, _desc(tools, c.name))} by calling {c.name} with "
         + (
             ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in c.arguments.items())
             or "no arguments"

@@ -1,31 +1,27 @@
-"""Language and value helpers shared by the simulated roles.
-
-Templates, not a language model: requests are built from each tool's description and the
-calls' argument values, varied by seeded choices of template, persona and connector. The
-helpers also make the simulator's mistakes (a plausible wrong value, a hallucinated tool name)
-and its token counts.
+"""Tool and value helpers shared by the simulated roles: the offered tools by name
+(:class:`ToolIndex`), the simulator's mistakes (a plausible wrong value, a hallucinated tool
+name), fresh values and its token counts. How the roles word requests and thoughts is in
+:mod:`.phrasing`.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.surface import param_words
 from ...core.task import GoldCall
 
 __all__ = [
     "ToolIndex",
-    "compose_query",
     "count_tokens",
-    "describe_call",
+    "default_args",
     "fresh_value",
     "hallucinate_name",
-    "lower_first",
+    "param_words",
     "perturb_value",
-    "render_value",
     "tokenize",
 ]
 
@@ -36,32 +32,6 @@ _TICKERS = ["AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "TSLA", "META", "IBM"]
 _WORDS = ["blue", "report", "garden", "invoice", "winter", "summit", "river", "notes", "draft"]
 _VOCABS = (_CITIES, _NAMES, _CURRENCIES, _TICKERS, _WORDS)
 
-_PERSONAS = {
-    None: ["", "", ""],
-    "busy professional": ["Quick one: ", "No time to waste — ", "Between meetings: "],
-    "student": ["Hi! For a project, ", "Hey, ", "I'm still learning this, but "],
-    "retiree": ["Good morning. ", "Hello dear, ", "If it is not too much trouble, "],
-    "developer": ["FYI: ", "Heads up — ", "Ticket request: "],
-}
-_STYLE_OPENERS = {
-    "plain": ["", "Please "],
-    "casual": ["Hey, can you ", "Yo, "],
-    "formal": ["I would kindly ask you to ", "Would you please "],
-    "terse": ["", ""],
-}
-_TEMPLATES = [
-    "{Verb}{with}.",
-    "Could you {verb}{with}?",
-    "I need to {verb}{with}.",
-    "Please {verb}{with}.",
-    "Can you help me {verb}{with}?",
-    "I'd like to {verb}{with}.",
-]
-_CONNECTORS = [" Then ", " After that, ", " Once that's done, ", " Next, "]
-_PARALLEL = [" Also, ", " At the same time, ", " And "]
-
-_POLITE_WORDS = r"(Could you|Can you help me|I'd like to|I need to|Please)\s+"
-_POLITE = re.compile(rf"^{_POLITE_WORDS}|(?<=\. ){_POLITE_WORDS}")
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 
@@ -149,162 +119,6 @@ def _type_ok(value: Any, expected: Any) -> bool:
     }
     check = table.get(expected.lower())
     return True if check is None else check(value)
-
-
-# --------------------------------------------------------------------------------------
-# phrasing
-# --------------------------------------------------------------------------------------
-
-
-def verb_phrase(name: str, description: str) -> str:
-    """'get the current weather for a city' from the description (never the identifier)."""
-    text = description.strip().split("\n")[0]
-    text = re.split(r"(?<=[.!?])\s", text)[0].rstrip(".!? ")
-    if not text:
-        words = re.sub(r"([a-z])([A-Z])", r"\1 \2", name.replace(".", " ")).replace("_", " ")
-        text = f"take care of the {words.lower().strip()} request"
-    text = _scrub(text, [name])
-    if text[:1].isupper() and not text[1:2].isupper():
-        text = text[0].lower() + text[1:]
-    first = text.split(" ", 1)[0].lower()
-    # "Returns the weather" → "get the weather"; "Books a flight" → "book a flight"
-    if first.endswith("s") and not first.endswith("ss") and len(first) > 3:
-        rest = text.split(" ", 1)[1] if " " in text else ""
-        base = {"returns": "get", "retrieves": "retrieve", "gets": "get"}.get(first, first[:-1])
-        if first.endswith("ies"):
-            base = first[:-3] + "y"
-        elif first.endswith(("ches", "shes", "xes", "sses")):
-            base = first[:-2]
-        text = f"{base} {rest}".strip()
-    return text
-
-
-def lower_first(text: str) -> str:
-    """Lower-case the first letter to continue a sentence (but keep "I", "I'd", acronyms)."""
-    if not text or text.startswith(("I ", "I'")) or text[1:2].isupper():
-        return text
-    return text[0].lower() + text[1:]
-
-
-def param_words(param: str) -> str:
-    return re.sub(r"([a-z])([A-Z])", r"\1 \2", param).replace("_", " ").lower()
-
-
-def render_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        items = [render_value(v) for v in value]
-        if len(items) <= 1:
-            return "".join(items)
-        return ", ".join(items[:-1]) + " and " + items[-1]
-    if isinstance(value, dict):
-        return ", ".join(f"{param_words(str(k))} {render_value(v)}" for k, v in value.items())
-    if value is None:
-        return "none"
-    return json.dumps(value)
-
-
-def _scrub(text: str, names: list[str]) -> str:
-    """Remove function identifiers from text (queries must never name the function)."""
-    for name in names:
-        if name and len(name) > 1:
-            words = param_words(name.replace(".", "_"))
-            text = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", words, text)
-    return text
-
-
-def _derived(value: Any, outputs: list[Any]) -> bool:
-    """Does ``value`` come from an earlier call's output (so the user would not say it)?"""
-    if value is None or isinstance(value, bool) or value == "":
-        return False
-    needle = value if isinstance(value, str) else json.dumps(value)
-    for out in outputs:
-        if out is None:
-            continue
-        hay = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False)
-        if isinstance(value, str) and len(value) < 3:
-            continue
-        if (
-            needle == hay
-            or (isinstance(value, str) and f'"{value}"' in hay)
-            or (not isinstance(value, str) and needle in re.findall(r"-?\d+(?:\.\d+)?", hay))
-        ):
-            return True
-    return False
-
-
-def describe_call(
-    call: GoldCall,
-    tools: ToolIndex,
-    rng: random.Random,
-    *,
-    prior_outputs: list[Any] = (),  # type: ignore[assignment]
-    template: str | None = None,
-) -> str:
-    """One sentence asking for ``call``: its purpose from the description, every value given
-    by the user (values from earlier outputs are referred to, not repeated)."""
-    info = tools.get(call.name)
-    verb = verb_phrase(call.name, info.description if info else "")
-    given, implicit = [], []
-    for k, v in call.arguments.items():
-        (implicit if _derived(v, list(prior_outputs)) else given).append((k, v))
-    parts = [f"the {param_words(k)} {render_value(v)}" for k, v in given]
-    if implicit:
-        parts.append(
-            "the " + " and ".join(param_words(k) for k, _ in implicit) + " from that result"
-        )
-    if not parts:
-        with_ = ""
-    elif len(parts) == 1:
-        with_ = f" using {parts[0]}"
-    else:
-        with_ = " using " + ", ".join(parts[:-1]) + " and " + parts[-1]
-    tpl = template or rng.choice(_TEMPLATES)
-    sentence = tpl.format(Verb=verb[:1].upper() + verb[1:], verb=verb, **{"with": with_})
-    return _scrub(sentence, [call.name])
-
-
-def compose_query(
-    steps: list[list[GoldCall]],
-    tools: ToolIndex,
-    rng: random.Random,
-    *,
-    persona: str | None = None,
-    style: str | None = None,
-    prior_outputs: list[Any] = (),  # type: ignore[assignment]
-) -> str:
-    """A request for a whole call path: steps in order, parallel calls joined."""
-    outputs = list(prior_outputs)
-    sentences = []
-    for s, step in enumerate(steps):
-        for c, call in enumerate(step):
-            sentence = describe_call(call, tools, rng, prior_outputs=outputs)
-            if s > 0 and c == 0:
-                joiner = rng.choice(_CONNECTORS)
-                sentence = joiner.strip() + " " + lower_first(sentence)
-            elif c > 0:
-                joiner = rng.choice(_PARALLEL)
-                sentence = joiner.strip() + " " + lower_first(sentence)
-            sentences.append(sentence)
-        outputs.extend(call.output for call in step)
-    text = " ".join(sentences)
-    opener = rng.choice(_PERSONAS.get(persona, [f"As a {persona}, "] if persona else [""]))
-    if style == "terse":
-        text = _POLITE.sub("", text)
-        text = text[:1].upper() + text[1:]
-    elif style in _STYLE_OPENERS:
-        lead = rng.choice(_STYLE_OPENERS[style])
-        if lead:
-            opener = opener + (lower_first(lead) if opener.rstrip().endswith(",") else lead)
-            text = lower_first(_POLITE.sub("", text, count=1))
-    if opener and not opener.rstrip().endswith((".", "!", "?", ":", "—")):
-        text = lower_first(text)
-    text = (opener + text).strip()
-    names = [c.name for st in steps for c in st]
-    return _scrub(text, names)
 
 
 # --------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ back-translation) and the expander (LoopTool EDDE).
   need that takes several tools (LoopTool ``dialog_generation`` planner rules);
 - query writer: several natural requests for one call path, each carrying every argument
   value the user must state (values that come from an earlier call's output are referred
-  to, not repeated), varied by template, persona and style, never naming a function;
+  to, not repeated), never naming a function nor repeating a tool's description, varied in
+  wording, sentence form, order, persona and style (:mod:`.phrasing`);
 - expander: new samples around an error seed — same tools, same call structure, new argument
   values and a new request — in LoopTool's ``INPUT: … OUTPUT: <tool_call>…`` form, with a
   share of unusable generations so that the stage's validation has work to do.
@@ -23,15 +24,8 @@ from ...core.task import GoldCall
 from ..parsing import format_hermes
 from .actor import SimOutput
 from .contracts import DirectorMeta, ExpanderMeta, QueryWriterMeta, SimConfig
-from .text import (
-    ToolIndex,
-    _scrub,
-    compose_query,
-    fresh_value,
-    lower_first,
-    param_words,
-    verb_phrase,
-)
+from .phrasing import PERSONA_OPENERS, compose_query, intent_phrase, lower_first
+from .text import ToolIndex, fresh_value, param_words
 
 __all__ = ["direct", "expand", "write_queries"]
 
@@ -49,15 +43,26 @@ _NON_TOOL = [
 _FOLLOW = ["Following up on that, ", "Building on the previous answer, ", "Next, ", "Then "]
 
 
-def _need(calls: list[GoldCall], tools: ToolIndex) -> str:
+_WANTS = [
+    "The user wants to ",
+    "The user needs to ",
+    "The user asks to ",
+    "The user would like to ",
+]
+
+
+def _need(calls: list[GoldCall], tools: ToolIndex, r: random.Random) -> str:
+    taboo = set(tools.names)
     verbs = []
     for c in calls:
         info = tools.get(c.name)
-        verbs.append(verb_phrase(c.name, info.description if info else ""))
-    text = "The user wants to " + (
-        verbs[0] if len(verbs) == 1 else ", then ".join(verbs[:-1]) + " and finally " + verbs[-1]
+        verbs.append(intent_phrase(c.name, info.description if info else "", r, taboo))
+    then = r.choice([", then ", " and then ", ", after that "])
+    return (
+        r.choice(_WANTS)
+        + (verbs[0] if len(verbs) == 1 else then.join(verbs[:-1]) + " and finally " + verbs[-1])
+        + "."
     )
-    return _scrub(text, [c.name for c in calls]) + "."
 
 
 def direct(
@@ -74,9 +79,9 @@ def direct(
                 need = r.choice(_NON_TOOL)
             elif g.kind == "clarify":
                 missing = next(iter(calls[0].arguments), "detail")
-                need = _need(calls, tools)[:-1] + f", but leaves out the {param_words(missing)}."
+                need = _need(calls, tools, r)[:-1] + f", but leaves out the {param_words(missing)}."
             else:
-                need = _need(calls, tools)
+                need = _need(calls, tools, r)
             if i > 0:
                 need = r.choice(_FOLLOW) + lower_first(need)
             turns.append({"turn": i + 1, "type": _KIND_NAMES.get(g.kind, g.kind), "need": need})
@@ -95,7 +100,7 @@ def direct(
             if kind in ("tool_call", "clarify") and names:
                 k = min(len(names), r.randint(2, 3) if i == complex_at else r.randint(1, 2))
                 picked = r.sample(names, k)
-                need = _need([GoldCall(name=n) for n in picked], tools)
+                need = _need([GoldCall(name=n) for n in picked], tools, r)
                 if kind == "clarify":
                     need = need[:-1] + ", but leaves out a required detail."
             else:
@@ -103,7 +108,7 @@ def direct(
                 need = r.choice(_CHIT_CHAT if kind == "chit_chat" else _NON_TOOL)
             if i > 0:
                 need = r.choice(_FOLLOW) + lower_first(need)
-            turns.append({"turn": i + 1, "type": kind, "need": _scrub(need, names)})
+            turns.append({"turn": i + 1, "type": kind, "need": need})
     return SimOutput(content=json.dumps({"turns": turns}, ensure_ascii=False))
 
 
@@ -151,7 +156,7 @@ def expand(
     ]
     persona = None
     if meta.variation and "persona" in meta.variation:
-        persona = r.choice(["busy professional", "student", "retiree", "developer"])
+        persona = r.choice(sorted(PERSONA_OPENERS))
     style = "formal" if meta.variation and "style" in meta.variation else None
     query = compose_query([[c] for c in new_calls], tools, r, persona=persona, style=style)
     output = format_hermes([(c.name, c.arguments) for c in new_calls])

@@ -10,9 +10,11 @@ import json
 import re
 from typing import Any
 
+from ...core.surface import stated
+from ...core.task import GroundTruth
 from ..context import Metrics
 
-__all__ = ["first_usable_query", "parse_queries", "reject_query", "value_in"]
+__all__ = ["first_usable_query", "must_state", "parse_queries", "reject_query", "value_in"]
 
 
 def parse_queries(content: str | None) -> list[str]:
@@ -27,26 +29,50 @@ def parse_queries(content: str | None) -> list[str]:
     return [text] if text else []
 
 
-def value_in(value: Any, text: str) -> bool:
-    """Whether ``text`` states ``value`` (every item of a list; numbers in any usual form)."""
-    if isinstance(value, list):
-        return all(value_in(v, text) for v in value if not isinstance(v, (dict, list, bool)))
-    if isinstance(value, float) and value.is_integer():
-        return any(s in text for s in (str(value), str(int(value)), f"{value:g}"))
-    if isinstance(value, (int, float)):
-        return str(value) in text or f"{value:g}" in text
-    return str(value).lower() in text.lower()
+def value_in(value: Any, text: str, param: str | None = None) -> bool:
+    """Whether ``text`` states ``value``: verbatim or in a form a careful reader maps back to
+    exactly that value ("March 5, 2024" for "2024-03-05", "5,000" for 5000; every item of a
+    list; a flag by its parameter's words), see :mod:`trajsynth.core.surface`."""
+    return stated(value, text, param)
 
 
 def reject_query(query: str, names: list[str], must: dict[str, Any]) -> str | None:
-    """Why a back-translated request is unusable (None: it is fine)."""
+    """Why a back-translated request is unusable (None: it is fine). ``must``: the values it
+    must state, keyed by parameter (``param`` or ``tool.param``)."""
     for n in names:
         if len(n) > 2 and re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", query):
             return "names_function"
-    for v in must.values():
-        if not value_in(v, query):
+    for key, v in must.items():
+        if not value_in(v, query, key.rsplit(".", 1)[-1]):
             return "missing_value"
     return None
+
+
+def must_state(ground_truth: GroundTruth) -> list[tuple[int, str, Any]]:
+    """``(turn, parameter, value)`` for every argument value a task's requests must state:
+    all but the values bound to an earlier call's output (``extra["bindings"]``), those
+    written in an earlier output of the same turn (a request may refer to them, as
+    back-translation allows) and the one a clarification gives."""
+    bound = {(b["call"], b["param"]) for b in ground_truth.extra.get("bindings") or []}
+    out = []
+    flat = 0
+    for t, turn in enumerate(ground_truth.turns):
+        outputs: list[str] = []
+        for step in turn.steps:
+            for call in step:
+                for k, v in call.arguments.items():
+                    text = json.dumps(v, ensure_ascii=False).strip('"')
+                    if (flat, k) in bound or (
+                        not isinstance(v, bool) and any(text in o for o in outputs)
+                    ):
+                        continue
+                    clar = turn.clarification or ""
+                    if clar and v is not None and not isinstance(v, bool) and stated(v, clar, k):
+                        continue
+                    out.append((t, k, v))
+                flat += 1
+            outputs += [json.dumps(c.output, ensure_ascii=False) for c in step]
+    return out
 
 
 def first_usable_query(

@@ -1,0 +1,78 @@
+"""Surface forms of argument values: every form a writer may use maps back to exactly the
+gold value, and a value merely contained in another one is not "stated".
+
+Run: PYTHONPATH=. python -m pytest tests/core/test_surface.py -q
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from trajsynth.core.surface import FORMS, find, forms, other_form, stated, write
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2024-03-05", "2025-12-01", "14:30", "09:00", "12:00", "00:15", "EUR", "JPY", 2, 7, 10,
+     5000, 250000, 1250, 1_500_000, 42.195, 5000.0, "Paris", "#W1003", "report_v2.txt"],
+)  # fmt: skip
+def test_every_form_reads_back_as_that_form(value: object) -> None:
+    plain = forms(value)[0][1]
+    for form, text in forms(value):
+        assert form in FORMS
+        expected = "verbatim" if plain in text else form  # "12:00 PM" holds "12:00"
+        assert find(value, f"Please use {text} for it.") == expected, text
+
+
+def test_forms_map_back_to_one_value_only() -> None:
+    # a date written long is that date and no other; a time with am/pm is one 24-hour time
+    assert find("2024-03-05", "on March 5, 2024") == "date_long"
+    assert find("2024-03-06", "on March 5, 2024") is None
+    assert find("2023-03-05", "on March 5, 2024") is None
+    assert find("14:30", "at 2:30 pm") == "time_12h" and find("02:30", "at 2:30 pm") is None
+    assert find("12:00", "at noon") == "time_12h" and find("00:00", "at noon") is None
+    # no form without a year, and no "dollars" for USD (CAD, AUD are dollars too)
+    assert all("2024" in text for _, text in forms("2024-03-05"))
+    assert dict(forms("USD"))["currency_name"] == "US dollars"
+    assert not stated("USD", "in dollars")
+
+
+def test_numbers_are_whole_numbers_not_digits_inside_others() -> None:
+    assert not stated(2, "leaving 2026-05-01") and not stated(2, "version 2.5")
+    assert not stated(5, "order #W1053") and not stated(50, "5,000 units")
+    assert stated(2, "for 2 people.") and stated(2, "for two people")
+    assert stated(5000, "a budget of 5,000") and stated(5000, "about 5k")
+    assert stated(5.0, "round 5 up") and stated(42.195, "42.195 km")
+    assert not stated(5001, "5k")
+
+
+def test_strings_lists_objects_and_flags() -> None:
+    assert stated("Paris", "from paris") and not stated("Paris", "Parisian food")
+    assert stated(["c_dana", "c_raj"], "invite c_dana and c_raj")
+    assert not stated(["c_dana", "c_raj"], "invite c_dana")
+    assert find(["2025-06-18", "x"], "on June 18, 2025 and x") == "date_long"
+    assert stated({"city": "Oslo", "days": 3}, "city Oslo, days 3")
+    # a switch or a null is stated by naming its parameter
+    assert stated(True, "unread only please", "unread_only")
+    assert not stated(False, "show everything", "unread_only")
+    assert stated(None, "with no max price", "max_price")
+
+
+def test_write_keeps_most_values_verbatim_and_is_seeded() -> None:
+    rng = random.Random(0)
+    drawn = [write("2024-03-05", rng)[0] for _ in range(400)]
+    assert 0.5 < drawn.count("verbatim") / 400 < 0.7  # transform_p = 0.4
+    assert [write(7, random.Random(3)) for _ in range(3)] == [write(7, random.Random(3))] * 3
+    assert write("no-other-form", rng) == ("verbatim", "no-other-form")
+
+
+def test_other_form_reads_casefolded_text() -> None:
+    """The quality scores read casefolded text and floats: a date written long, a currency by
+    name and a number in words still count as grounded there."""
+    assert other_form("2026-05-01", "from paris on may 1, 2026") == "date_long"
+    assert other_form("eur", "in euros") == "currency_name"
+    assert other_form(2.0, "for two nights") == "number_word"
+    assert other_form("paris", "from paris") is None  # verbatim is the caller's check
+    assert other_form(3.5, "three and a half") is None

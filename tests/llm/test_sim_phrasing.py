@@ -1,0 +1,192 @@
+"""Requests a person would write, on tools nobody here wrote: the simulated query writer never
+repeats a run of a tool's description, never names a tool, states every gold value (verbatim
+or in a form that maps back to it alone), varies its sentences, and gives the same text for
+the same seed; the teacher's thoughts say which value goes where, in varied words.
+
+The tools and gold calls are BFCL's (questions with their possible answers) and tau-bench's
+(the actions of its recorded airline tasks), read from ``../shared/external``.
+
+Run: PYTHONPATH=. python -m pytest tests/llm/test_sim_phrasing.py -q
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trajsynth.core.surface import find
+from trajsynth.core.task import GoldCall, GoldTurn, GroundTruth
+from trajsynth.envs.importers.bfcl import read_entries
+from trajsynth.llm.base import ChatRequest
+from trajsynth.llm.sim import SimBackend, SimConfig, SkillProfile
+from trajsynth.llm.sim.phrasing import names_tool, quotes_description
+
+WRITER = SimBackend(SimConfig(), role="query_writer")
+
+
+def write(steps: list[list[GoldCall]], tools: list[dict], seed: int, n: int = 3, **meta: Any):
+    req = ChatRequest(
+        messages=[{"role": "user", "content": "write"}],
+        tools=tools,
+        seed=seed,
+        metadata={
+            "role": "query_writer",
+            "steps": [[c.model_dump(mode="json") for c in s] for s in steps],
+            "n_queries": n,
+            **meta,
+        },
+    )
+    return json.loads(WRITER.answer(req).choices[0].content or "{}")["queries"]
+
+
+@pytest.fixture(scope="module")
+def bfcl(external_dir: Path) -> list[tuple[list[list[GoldCall]], list[dict]]]:
+    """(one step of gold calls, the entry's tools) for BFCL's simple, multiple and parallel
+    questions."""
+    cases = []
+    for cat in ("simple_python", "multiple", "parallel", "parallel_multiple"):
+        for e in read_entries(external_dir / "bfcl" / f"BFCL_v4_{cat}.json"):
+            if e.gold and e.gold[0]:
+                cases.append(([e.gold[0]], e.tools.to_openai()))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def tau(external_dir: Path) -> list[tuple[list[list[GoldCall]], list[dict]]]:
+    """(the actions of one recorded airline task, one per step; the airline tools)."""
+    tools = json.loads((external_dir / "tau-bench/airline/tools_openai.json").read_text())
+    raw = json.loads(
+        (external_dir / "tau-bench/historical_trajectories/gpt-4o-airline.json").read_text()
+    )
+    seen, cases = set(), []
+    for t in raw:
+        actions = t["info"]["task"]["actions"]
+        key = json.dumps(actions, sort_keys=True)
+        if actions and key not in seen:
+            seen.add(key)
+            steps = [[GoldCall(name=a["name"], arguments=a["kwargs"])] for a in actions]
+            cases.append((steps, tools))
+    return cases
+
+
+def _check(steps: list[list[GoldCall]], tools: list[dict], queries: list[str]) -> list[str]:
+    """What is wrong with the requests (empty: nothing)."""
+    problems = []
+    descriptions = [t.get("function", t).get("description", "") for t in tools]
+    names = [t.get("function", t)["name"] for t in tools]
+    for q in queries:
+        if quotes_description(q, descriptions):
+            problems.append(f"quotes a description: {q}")
+        if names_tool(q, names):
+            problems.append(f"names a tool: {q}")
+        for call in (c for s in steps for c in s):
+            for k, v in call.arguments.items():
+                if find(v, q, k) is None:
+                    problems.append(f"leaves out {call.name}.{k}={v!r}: {q}")
+    return problems
+
+
+def test_bfcl_requests_never_quote_and_state_every_value(bfcl) -> None:
+    assert len(bfcl) > 900
+    problems, queries = [], []
+    for i, (steps, tools) in enumerate(bfcl):
+        qs = write(steps, tools, seed=i)
+        queries += qs
+        problems += _check(steps, tools, qs)
+    assert problems == [], problems[:5]
+    # phrased, not templated: many openings, none dominant, and most values verbatim
+    openings = Counter(" ".join(q.lower().split()[:2]) for q in queries)
+    assert len(openings) > 150 and openings.most_common(1)[0][1] < 0.15 * len(queries)
+
+
+def test_tau_bench_requests_never_quote_and_state_every_value(tau) -> None:
+    assert len(tau) >= 20
+    problems = []
+    for i, (steps, tools) in enumerate(tau):
+        for persona in (None, "busy professional", "retiree"):
+            for style in (None, "terse", "formal", "casual"):
+                meta = {"persona": persona, "style": style} if persona else {"style": style}
+                qs = write(steps, tools, seed=i, **{k: v for k, v in meta.items() if v})
+                problems += _check(steps, tools, qs)
+    assert problems == [], problems[:5]
+
+
+def test_values_keep_mostly_verbatim_and_transform_unambiguously(bfcl) -> None:
+    forms: Counter[str] = Counter()
+    for i, (steps, tools) in enumerate(bfcl):
+        q = write(steps, tools, seed=i, n=1)[0]
+        for call in (c for s in steps for c in s):
+            for k, v in call.arguments.items():
+                forms[find(v, q, k)] += 1
+    total = sum(forms.values())
+    assert forms[None] == 0
+    assert 0.7 < forms["verbatim"] / total < 0.99  # a good share verbatim, some not
+    assert forms["number_word"] > 0
+
+
+def test_same_seed_same_text_other_seeds_other_text(bfcl) -> None:
+    steps, tools = bfcl[0]
+    first = [write(steps, tools, seed=s) for s in range(8)]
+    assert first == [write(steps, tools, seed=s) for s in range(8)]
+    assert len({q for qs in first for q in qs}) >= 16
+
+
+def test_a_description_is_never_repeated_even_when_it_is_the_obvious_wording() -> None:
+    """A tool whose description says exactly what a user would ask."""
+    desc = "Calculate the area of a triangle given the base and height of the triangle."
+    tools = [{"type": "function", "function": {"name": "calculate_triangle_area",
+              "description": desc, "parameters": {"type": "object", "properties": {
+                  "base": {"type": "integer"}, "height": {"type": "integer"}}}}}]  # fmt: skip
+    call = GoldCall(name="calculate_triangle_area", arguments={"base": 10, "height": 5})
+    queries = [q for s in range(50) for q in write([[call]], tools, seed=s)]
+    assert _check([[call]], tools, queries) == []
+    assert all("triangle" in q.lower() for q in queries)  # its purpose, in other words
+    assert len(set(queries)) > 100
+
+
+# --------------------------------------------------------------------------------------
+# the teacher's thoughts
+# --------------------------------------------------------------------------------------
+
+TEACHER = SimBackend(SimConfig(profile=SkillProfile.perfect()), role="teacher")
+
+
+def _thought(gt: GroundTruth, tools: list[dict], seed: int) -> str:
+    req = ChatRequest(
+        messages=[{"role": "user", "content": gt.turns[0].request}],
+        tools=tools,
+        seed=seed,
+        metadata={"role": "teacher", "ground_truth": gt.model_dump(mode="json")},
+    )
+    return TEACHER.answer(req).choices[0].reasoning or ""
+
+
+def test_thoughts_map_values_to_parameters_in_varied_words(tau) -> None:
+    openings: Counter[str] = Counter()
+    n = 0
+    for i, (steps, tools) in enumerate(tau):
+        request = write(steps[:1], tools, seed=i, n=1)[0]
+        gt = GroundTruth(turns=[GoldTurn(request=request, steps=steps[:1])])
+        thought = _thought(gt, tools, seed=i)
+        call = steps[0][0]
+        assert call.name in thought
+        for k, v in call.arguments.items():
+            assert f"{k}={json.dumps(v, ensure_ascii=False)}" in thought, (thought, k)
+        openings[" ".join(thought.split()[:3])] += 1
+        n += 1
+    assert len(openings) >= 6 and openings.most_common(1)[0][1] <= n / 3
+
+
+def test_a_value_written_differently_is_named_both_ways_in_the_thought() -> None:
+    tools = [{"type": "function", "function": {"name": "list_events",
+              "description": "List my calendar for a day.", "parameters": {"type": "object",
+              "properties": {"date": {"type": "string"}}}}}]  # fmt: skip
+    call = GoldCall(name="list_events", arguments={"date": "2025-06-18"})
+    gt = GroundTruth(turns=[GoldTurn(request="What's on my calendar on June 18, 2025?",
+                                     steps=[[call]])])  # fmt: skip
+    thought = _thought(gt, tools, seed=0)
+    assert "June 18, 2025" in thought and 'date="2025-06-18"' in thought
