@@ -57,8 +57,10 @@ def query(
         str | None, typer.Option("--out", "-o", help="Write here (jsonl, parquet).")
     ] = None,
 ) -> None:
-    """Filter trajectories by domain, capability, method, outcome, failure layer, difficulty,
-    quality or any SQL condition; count them, list them, or list their steps (`--steps`:
+    """Count, list or step through the trajectories that match filters.
+
+    Filters by domain, capability, method, outcome, failure layer, difficulty, quality or any
+    SQL condition; counts the matching rows, lists them, or lists their steps (`--steps`:
     which step went wrong)."""
     from ..store.query import Filters, write_result
     from ..store.query import query as run_query
@@ -127,9 +129,11 @@ def expire(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
-    """Replay the rows whose environment (tool specs, code, data) changed since they were
-    played; those that no longer hold go to OUT/expired (or, --relabel, stay marked failed),
-    the others are stamped with the current version."""
+    """Replay rows of a changed environment; drop what fails.
+
+    The rows whose environment (tool specs, code, data) changed since they were played are
+    replayed; those that no longer hold go to OUT/expired (or, --relabel, stay marked
+    failed), the others are stamped with the current version."""
     from ..core.location import as_path
     from .run import run_single_stage
 

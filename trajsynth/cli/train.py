@@ -1,4 +1,4 @@
-"""Training commands: ``train-sft``, ``train-grpo``, ``eval``.
+"""Training commands: ``train-sft``, ``train-grpo``, ``train-prm``, ``eval``.
 
 torch and transformers are imported inside the commands, so ``trajsynth --help`` stays fast;
 without the ``train`` extra each command prints one install line and exits 1.
@@ -33,6 +33,7 @@ SetOption = Annotated[
 TRAINING = "Training"
 HARDWARE = "Hardware"
 CHECKPOINTS = "Checkpoints"
+CREDIT = "Credit assignment"
 MODEL = "Model"
 EPISODES = "Episodes"
 BENCHMARK = "Benchmark"
@@ -104,7 +105,8 @@ def _config(cls: Any, data: dict[str, Any]) -> Any:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
-        raise ConfigError(f"{where}: {msg}") from None
+        msg = msg.removeprefix("Value error, ")  # a validator's own message
+        raise ConfigError(f"{where}: {msg}" if where else msg) from None
 
 
 def _records(path: Path, what: str) -> list[Any]:
@@ -284,16 +286,32 @@ def train_grpo_command(
         None
     ),
     advantage: Annotated[
-        Literal["grpo", "gigpo"] | None,
-        typer.Option(help="How advantages are computed.", rich_help_panel=TRAINING),
+        Literal["grpo", "gigpo", "turn_ppo", "archer", "prm", "implicit_prm"] | None,
+        typer.Option(
+            help="Credit assignment (docs/methods.md: which when).", rich_help_panel=CREDIT
+        ),
+    ] = None,
+    filter_variance: Annotated[
+        float | None,
+        typer.Option(
+            help="StarPO-S: keep the top share of tasks by reward std (RAGEN: 0.25).",
+            rich_help_panel=CREDIT,
+        ),
+    ] = None,
+    prm: Annotated[
+        Path | None,
+        typer.Option(help="With --advantage prm: a folder from train-prm.", rich_help_panel=CREDIT),
     ] = None,
     beta: Annotated[
         float | None, typer.Option(help="KL weight (0: no KL).", rich_help_panel=TRAINING)
     ] = None,
     reward: Annotated[
-        Literal["exact_match", "call_match", "state_match", "tool_match"] | None,
+        str | None,
         typer.Option(
-            help="exact_match, call_match, state_match or tool_match.", rich_help_panel=TRAINING
+            metavar="TERM[=W,...]",
+            help="A reward term (exact_match, call_match, state_match, tool_match, "
+            "call_accuracy, agent_reward, judge) or weighted terms TERM=W,TERM=W summing to 1.",
+            rich_help_panel=CREDIT,
         ),
     ] = None,
     temperature: Annotated[
@@ -310,12 +328,16 @@ def train_grpo_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the history as JSON.")] = False,
     quiet: Quiet = False,
 ) -> None:
-    """GRPO (or GiGPO) on multi-turn episodes in the environments.
+    """RL on multi-turn episodes with a chosen credit estimator.
 
     Give the tasks as task rows (--tasks) or as arena packages (--arenas); the model plays
-    G episodes per task and is updated on their group-relative advantages.
+    G episodes per task and is updated on each turn's advantage: group-relative (GRPO,
+    GiGPO), from a turn-level critic (Turn-PPO, ArCHer) or from process rewards (an explicit
+    PRM from train-prm, or iStar's implicit one).
     """
     _require_train_extra()
+    if prm is not None and not prm.exists():
+        raise InputNotFoundError(f"--prm {prm} does not exist")
     if (tasks is None) == (arenas is None):
         raise ConfigError("give exactly one of --tasks DIR or --arenas DIR")
     from ..train.grpo import GRPOConfig, train_grpo
@@ -327,6 +349,7 @@ def train_grpo_command(
         tasks_per_step=tasks_per_step,
         lr=lr,
         advantage=advantage,
+        filter_variance=filter_variance,
         beta=beta,
         device=device,
         seed=seed,
@@ -335,7 +358,9 @@ def train_grpo_command(
     )
     settings = _settings(values, set_)
     if reward is not None:
-        settings.setdefault("reward", {})["kind"] = reward
+        settings.setdefault("reward", {}).update(_reward_terms(reward))
+    if prm is not None:
+        settings.setdefault("prm", {})["path"] = str(prm)
     if temperature is not None:
         settings.setdefault("rollout", {})["temperature"] = temperature
     cfg = _config(GRPOConfig, settings)
@@ -352,7 +377,18 @@ def train_grpo_command(
         assert tasks is not None
         rows = _records(tasks, "tasks")
     progress = RichProgress(
-        ("reward", "success", "calls_per_episode", "format_errors", "adv_std", "groups_filtered"),
+        (
+            "reward",
+            "success",
+            "calls_per_episode",
+            "format_errors",
+            "adv_std",
+            "groups_filtered",
+            "critic_loss",
+            "explained_variance",
+            "prm_score_mean",
+            "prm_loss",
+        ),
         quiet=quiet or as_json,
     )
     try:
@@ -370,6 +406,88 @@ def train_grpo_command(
             f"[green]✓[/] {len(h)} updates in {result.seconds:.1f}s; reward "
             f"{h[0]['reward']:.3f} → {h[-1]['reward']:.3f}; model in {out}"
         )
+
+
+def _reward_terms(text: str) -> dict[str, Any]:
+    """``--reward``: one term name, or ``TERM=W,TERM=W`` (checked by the reward config)."""
+    if "=" not in text:
+        return {"kind": text.strip()}
+    terms: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, weight = part.partition("=")
+        try:
+            terms[name.strip()] = float(weight)
+        except ValueError:
+            raise ConfigError(f"--reward {text!r}: {part!r} is not TERM=WEIGHT") from None
+        if not sep or not name.strip():
+            raise ConfigError(f"--reward {text!r}: {part!r} is not TERM=WEIGHT")
+    return {"terms": terms}
+
+
+@app.command("train-prm", rich_help_panel="Training")
+def train_prm_command(
+    data: Annotated[
+        Path,
+        typer.Argument(
+            help="Rows with step labels: STeCa rows, or trajectories with ground truth."
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="PRM folder to write.")] = ...,  # type: ignore[assignment]
+    model: Annotated[
+        str,
+        typer.Option(
+            metavar="MODEL",
+            help="The encoder: a model folder or name (the policy's SFT checkpoint).",
+            rich_help_panel=MODEL,
+        ),
+    ] = ...,  # type: ignore[assignment]
+    labels: Annotated[
+        Literal["steca", "verifier", "both"] | None,
+        typer.Option(
+            help="Step labels: STeCa's Monte Carlo values, the verifier's step outcomes, or both.",
+            rich_help_panel=TRAINING,
+        ),
+    ] = None,
+    holdout: Annotated[
+        float | None, typer.Option(help="Share of tasks held out.", rich_help_panel=TRAINING)
+    ] = None,
+    epochs: Annotated[
+        int | None,
+        typer.Option(help="Passes of the head over the steps.", rich_help_panel=TRAINING),
+    ] = None,
+    seed: Seed = None,
+    device: OptionalDevice = None,
+    set_: SetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Train a step scorer (explicit PRM) and report its held-out AUC.
+
+    The encoder reads each assistant step of the rows; a head learns the step labels (soft
+    BCE) on most tasks and is scored on the held-out ones. Use the folder it writes with
+    `train-grpo --advantage prm --prm DIR`.
+    """
+    _require_train_extra()
+    from ..train.agent_prm import PRMConfig, train_prm
+
+    values = dict(
+        model=model, labels=labels, holdout=holdout, epochs=epochs, device=device, seed=seed
+    )
+    cfg = _config(PRMConfig, _settings(values, set_))
+    rows = _records(data, "data")
+    folder = _model_folder(cfg.model)
+    if folder == "tiny":
+        raise ConfigError("--model tiny is built by train-sft; give its output folder")
+    cfg = cfg.model_copy(update={"model": folder})
+    result = train_prm(rows, out, cfg)
+    if as_json:
+        print(json.dumps(result.model_dump()))
+        return
+    auc = "n/a (one class)" if result.holdout_auc is None else f"{result.holdout_auc:.3f}"
+    console.print(
+        f"[green]✓[/] {result.train_steps} training steps ({result.train_tasks} tasks), "
+        f"{result.holdout_steps} held out ({result.holdout_tasks} tasks): held-out step AUC "
+        f"{auc}; PRM in {out}"
+    )
 
 
 @app.command("eval", rich_help_panel="Training")

@@ -26,9 +26,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .rollout import Rollout
 
 __all__ = [
     "AdvantageStats",
+    "GroupRelative",
     "discounted_returns",
     "gigpo_advantages",
     "group_advantages",
@@ -154,3 +159,46 @@ class AdvantageStats:
             "groups": float(self.groups),
             "groups_filtered": float(self.filtered),
         }
+
+
+class GroupRelative:
+    """GRPO (``gigpo=False``) or GiGPO as the loop's estimator (:mod:`.credit`): per group,
+    :func:`group_advantages` on every turn of an episode, or :func:`gigpo_advantages` on the
+    episodes' step rewards and state hashes; a group without signal is dropped."""
+
+    def __init__(
+        self, *, gigpo: bool = False, omega: float = 1.0, gamma: float = 0.95, scale: bool = True
+    ) -> None:
+        self.name = "gigpo" if gigpo else "grpo"
+        self.gigpo, self.omega, self.gamma, self.scale = gigpo, omega, gamma, scale
+
+    def advantages(
+        self, groups: list[list[Rollout]], stats: AdvantageStats, metrics: dict[str, float]
+    ) -> list[tuple[Rollout, list[float]]]:
+        kept: list[tuple[Rollout, list[float]]] = []
+        for group in groups:
+            rewards = [ep.reward for ep in group]
+            if not self.gigpo:
+                adv = group_advantages(rewards, scale=self.scale)
+                stats.add(adv)
+                if adv is not None:  # else no signal: filtered
+                    kept += [(ep, [a] * ep.steps) for ep, a in zip(group, adv, strict=True)]
+                continue
+            steps = gigpo_advantages(
+                rewards,
+                [ep.step_rewards for ep in group],
+                [ep.step_states[: ep.steps] for ep in group],
+                omega=self.omega,
+                gamma=self.gamma,
+                scale=self.scale,
+            )
+            stats.add(None if steps is None else [a for s in steps for a in s])
+            if steps is not None:
+                kept += list(zip(group, steps, strict=True))
+        return kept
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None

@@ -19,6 +19,7 @@ from .tiny import save_tokenizer
 __all__ = ["CHECKPOINT", "load_state", "save_checkpoint", "save_model"]
 
 CHECKPOINT = "checkpoint"
+EXTRA = "extra.pt"
 
 
 def save_model(out: Path, model: Any, tokenizer: Any) -> None:
@@ -32,15 +33,24 @@ def save_model(out: Path, model: Any, tokenizer: Any) -> None:
 
 
 def save_checkpoint(
-    out: Path, model: Any, tokenizer: Any, optimizer: Any, state: dict[str, Any]
+    out: Path,
+    model: Any,
+    tokenizer: Any,
+    optimizer: Any,
+    state: dict[str, Any],
+    *,
+    extra: dict[str, Any] | None = None,
 ) -> None:
-    """Write ``out/checkpoint`` atomically (write a temporary folder, then rename)."""
+    """Write ``out/checkpoint`` atomically (write a temporary folder, then rename);
+    ``extra``: tensors and values a trainer keeps beside the model (a critic's state)."""
     import torch
 
     tmp = out / (CHECKPOINT + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(tmp, model, tokenizer)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    if extra is not None:
+        torch.save(extra, tmp / EXTRA)
     (tmp / "state.json").write_text(json.dumps(state, indent=2))
     final, old = out / CHECKPOINT, out / (CHECKPOINT + ".old")
     shutil.rmtree(old, ignore_errors=True)
@@ -69,6 +79,16 @@ def load_optimizer(out: Path, optimizer: Any, device: str) -> None:
 
     path = out / CHECKPOINT / "optimizer.pt"
     optimizer.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+
+
+def load_extra(out: Path) -> dict[str, Any] | None:
+    """What :func:`save_checkpoint` kept as ``extra`` (None when nothing was)."""
+    import torch
+
+    path = out / CHECKPOINT / EXTRA
+    if not path.is_file():
+        return None
+    return dict(torch.load(path, map_location="cpu", weights_only=True))
 
 
 def finish(out: Path) -> None:

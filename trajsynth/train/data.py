@@ -14,7 +14,17 @@
    another sequence of the same row. Unpacked, a batch is right-padded (with causal attention a
    real token never sees the padding on its right, so no mask is needed either);
 4) batches: ``input_ids``, ``position_ids`` and ``labels`` (-100 where the mask is 0, on each
-   sequence's first token and on padding), each ``(B, T)``.
+   sequence's first token and on padding), each ``(B, T)``; with weights, ``loss_weights``
+   ``(B, T)`` too.
+
+Weights (``weights=True``): a row's *sample weight* is ``extra["weight"]`` when it has one
+(any exporter or user can set it), else STeCa's calibration weight ``extra["steca"]["reward"]``
+(1 + 0.01 · nDTW deviation, the per-sample factor of STeCa's loss), else 1; its *step
+weights*, one per assistant message, are ``extra["step_weights"]`` (like the per-message
+``weight`` of OpenAI's fine-tuning format, but any value ≥ 0). Each assistant token's loss
+weight is the product of the two (:func:`sample_weight`, :func:`step_weights`); a step of
+weight 0 is masked out like a context step. The trainer drops a row of weight 0 before it
+does anything else, so such a row changes nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +45,8 @@ __all__ = [
     "Example",
     "batches",
     "pack",
+    "sample_weight",
+    "step_weights",
     "tokenize_row",
     "tokenize_rows",
 ]
@@ -49,6 +61,7 @@ class Example:
     input_ids: list[int]
     mask: list[int]
     row_id: str = ""
+    weights: list[float] | None = None  # per-token loss weight (None: all 1)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -77,6 +90,7 @@ class Batch:
     real_tokens: int = 0  # tokens that are not padding
     sequences: int = 0  # conversations in the batch
     row_ids: list[str] = field(default_factory=list)
+    loss_weights: list[list[float]] | None = None  # (B, T), aligned with labels
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -87,9 +101,61 @@ class Batch:
         """Tokens with a loss: labels shifted by one, as the trainer counts them."""
         return sum(1 for row in self.labels for x in row[1:] if x != IGNORE_INDEX)
 
+    @property
+    def loss_weight(self) -> float:
+        """The summed loss weight of those tokens (their count without weights)."""
+        if self.loss_weights is None:
+            return float(self.loss_tokens)
+        return sum(
+            w
+            for row, weights in zip(self.labels, self.loss_weights, strict=True)
+            for x, w in zip(row[1:], weights[1:], strict=True)
+            if x != IGNORE_INDEX
+        )
 
-def tokenize_row(tokenizer: Any, row: Trajectory, *, reasoning: bool = True) -> Example:
-    """Step 1 for one row."""
+
+def sample_weight(row: Trajectory) -> float:
+    """A row's sample weight (module docstring): ``extra["weight"]``, else STeCa's
+    calibration weight, else 1.
+
+    >>> sample_weight(Trajectory(id="r", task_id="t", extra={"steca": {"reward": 1.01}}))
+    1.01
+    """
+    extra = row.extra if isinstance(row.extra, dict) else {}
+    value = extra.get("weight")
+    if value is None and isinstance(extra.get("steca"), dict):
+        value = extra["steca"].get("reward")
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DataError(f"row {row.id}: its weight {value!r} is not a number")
+    if not value >= 0 or value == float("inf"):
+        raise DataError(f"row {row.id}: its weight {value} is not a finite number ≥ 0")
+    return float(value)
+
+
+def step_weights(row: Trajectory) -> list[float] | None:
+    """A row's per-step weights (``extra["step_weights"]``), or None."""
+    extra = row.extra if isinstance(row.extra, dict) else {}
+    value = extra.get("step_weights")
+    if value is None:
+        return None
+    n = len(row.assistant_steps())
+    ok = isinstance(value, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
+        for v in value
+    )
+    if not ok or len(value) != n:
+        raise DataError(
+            f"row {row.id}: step_weights must be {n} numbers ≥ 0, one per assistant message"
+        )
+    return [float(v) for v in value]
+
+
+def tokenize_row(
+    tokenizer: Any, row: Trajectory, *, reasoning: bool = True, weights: bool = False
+) -> Example:
+    """Step 1 for one row; ``weights``: the per-token loss weights too (module docstring)."""
     enc = tokenizer.apply_chat_template(
         row_messages(row, reasoning=reasoning),
         tools=row.tools or None,
@@ -98,16 +164,27 @@ def tokenize_row(tokenizer: Any, row: Trajectory, *, reasoning: bool = True) -> 
         return_assistant_tokens_mask=True,
     )
     mask = list(enc["assistant_masks"])
-    context = row.context_steps()
+    per_step = step_weights(row) if weights else None
+    context = set(row.context_steps())
+    if per_step is not None:
+        context |= {t for t, w in enumerate(per_step) if w == 0}
     if context:
         mask = _mask_steps(mask, context, row)
-    return Example(list(enc["input_ids"]), mask, row.id)
+    token_weights = None
+    if weights:
+        w = sample_weight(row)
+        if per_step is None:
+            token_weights = [w * m for m in mask] if w != 1.0 else None
+        else:
+            token_weights = [0.0] * len(mask)
+            for step, (start, end) in enumerate(_runs(list(enc["assistant_masks"]), row)):
+                for i in range(start, end):
+                    token_weights[i] = w * per_step[step] * mask[i]
+    return Example(list(enc["input_ids"]), mask, row.id, token_weights)
 
 
-def _mask_steps(mask: list[int], steps: set[int], row: Trajectory) -> list[int]:
-    """Zero the loss on the assistant steps in ``steps`` (STeCa's deviated step is context the
-    model reads, not a target). Each assistant message is one run of 1s in the template's
-    generation mask, in order."""
+def _runs(mask: list[int], row: Trajectory) -> list[tuple[int, int]]:
+    """Each assistant message's run of 1s in the template's generation mask, in order."""
     runs: list[tuple[int, int]] = []
     for i, m in enumerate(mask):
         if m and (i == 0 or not mask[i - 1]):
@@ -118,9 +195,16 @@ def _mask_steps(mask: list[int], steps: set[int], row: Trajectory) -> list[int]:
     if len(runs) != n_assistant:
         raise DataError(
             f"row {row.id}: the chat template marked {len(runs)} assistant spans for "
-            f"{n_assistant} assistant messages, so its flagged context steps cannot be masked"
+            f"{n_assistant} assistant messages, so its steps cannot be masked or weighted"
         )
+    return runs
+
+
+def _mask_steps(mask: list[int], steps: set[int], row: Trajectory) -> list[int]:
+    """Zero the loss on the assistant steps in ``steps`` (STeCa's deviated step is context the
+    model reads, not a target; a step of weight 0)."""
     out = list(mask)
+    runs = _runs(mask, row)
     for step in steps:
         if step < len(runs):
             start, end = runs[step]
@@ -129,7 +213,12 @@ def _mask_steps(mask: list[int], steps: set[int], row: Trajectory) -> list[int]:
 
 
 def tokenize_rows(
-    tokenizer: Any, rows: Iterable[Trajectory], *, max_len: int, reasoning: bool = True
+    tokenizer: Any,
+    rows: Iterable[Trajectory],
+    *,
+    max_len: int,
+    reasoning: bool = True,
+    weights: bool = False,
 ) -> tuple[list[Example], DataStats]:
     """Steps 1-2 for every row with at least one assistant message."""
     stats = DataStats()
@@ -139,10 +228,11 @@ def tokenize_rows(
         if not any(m.role == "assistant" for m in row.messages):
             stats.skipped_no_assistant += 1
             continue
-        ex = tokenize_row(tokenizer, row, reasoning=reasoning)
+        ex = tokenize_row(tokenizer, row, reasoning=reasoning, weights=weights)
         if len(ex) > max_len:
             stats.truncated += 1
-            ex = Example(ex.input_ids[:max_len], ex.mask[:max_len], ex.row_id)
+            cut = ex.weights[:max_len] if ex.weights is not None else None
+            ex = Example(ex.input_ids[:max_len], ex.mask[:max_len], ex.row_id, cut)
         if not any(ex.mask[1:]):
             stats.skipped_no_assistant += 1
             continue
@@ -178,21 +268,26 @@ def pack(examples: Sequence[Example], max_len: int) -> list[list[Example]]:
     return bins
 
 
-def _row(seqs: list[Example], width: int, pad_id: int) -> tuple[list[int], list[int], list[int]]:
+def _row(
+    seqs: list[Example], width: int, pad_id: int
+) -> tuple[list[int], list[int], list[int], list[float]]:
     ids: list[int] = []
     pos: list[int] = []
     labels: list[int] = []
+    weights: list[float] = []
     for ex in seqs:
         ids += ex.input_ids
         pos += range(len(ex))
         lab = [t if m else IGNORE_INDEX for t, m in zip(ex.input_ids, ex.mask, strict=True)]
         lab[0] = IGNORE_INDEX  # never predict a sequence's first token from the previous one
         labels += lab
+        weights += ex.weights if ex.weights is not None else [float(m) for m in ex.mask]
     n_pad = width - len(ids)
     ids += [pad_id] * n_pad
     pos += range(n_pad)
     labels += [IGNORE_INDEX] * n_pad
-    return ids, pos, labels
+    weights += [0.0] * n_pad
+    return ids, pos, labels, weights
 
 
 def batches(
@@ -213,6 +308,7 @@ def batches(
         chunk = groups[start : start + batch_size]
         width = max(sum(len(e) for e in g) for g in chunk)
         rows = [_row(g, width, pad_id) for g in chunk]
+        weighted = any(e.weights is not None for g in chunk for e in g)
         out.append(
             Batch(
                 input_ids=[r[0] for r in rows],
@@ -221,6 +317,7 @@ def batches(
                 real_tokens=sum(len(e) for g in chunk for e in g),
                 sequences=sum(len(g) for g in chunk),
                 row_ids=[e.row_id for g in chunk for e in g],
+                loss_weights=[r[3] for r in rows] if weighted else None,
             )
         )
     return out

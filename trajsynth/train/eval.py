@@ -39,18 +39,17 @@ from pydantic import BaseModel, Field
 
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GroundTruth
-from .rollout import Player, Rollout, RolloutConfig, run_rollouts
+from .rollout import Player, RolloutConfig, run_rollouts
 
 __all__ = [
     "METRICS",
     "EvalReport",
-    "RewardConfig",
-    "episode_reward",
     "evaluate",
     "first_step_exact",
     "gold_steps",
     "predicted_steps",
     "score_episode",
+    "step_outcomes",
 ]
 
 #: the per-episode scores that are aggregated
@@ -89,7 +88,7 @@ def score_episode(
     make_env: Callable[[Trajectory], Any] | None = None,
 ) -> dict[str, float]:
     """Steps 1-5 for one episode; ``make_env`` enables the final-state check."""
-    from ..envs.verifiers import exact_multiset_reward, match_parallel, required_outputs_present
+    from ..envs.verifiers import exact_multiset_reward, required_outputs_present
 
     gt = GroundTruth.from_json(row.ground_truth)
     if gt is None:
@@ -98,17 +97,9 @@ def score_episode(
     pred = predicted_steps(messages)
     tools = row.tools or None
     # 2) BFCL call match, step by step; 5) the share of call steps matched
-    call_steps = matched = 0
-    step_ok = []
-    for i, g in enumerate(gold):
-        p = pred[i] if i < len(pred) else None
-        if g is None:
-            ok = i < len(pred) and p is None
-        else:
-            call_steps += 1
-            ok = p is not None and bool(match_parallel(p, g, tools))
-            matched += ok
-        step_ok.append(ok)
+    step_ok = _aligned(gold, pred, tools)
+    call_steps = sum(1 for g in gold if g is not None)
+    matched = sum(1 for g, ok in zip(gold, step_ok, strict=True) if g is not None and ok)
     call_match = len(pred) == len(gold) and all(step_ok)
     # 3) LoopTool exact multiset, step by step
     exact = len(pred) == len(gold) and all(
@@ -148,6 +139,52 @@ def score_episode(
     return scores
 
 
+def _aligned(gold: list[Step], pred: list[PredStep], tools: Any) -> list[bool]:
+    """Step 2 at each gold step: a call step matched by the predicted step at its position
+    (BFCL AST semantics), a text step answered by text."""
+    from ..envs.verifiers import match_parallel
+
+    out = []
+    for i, g in enumerate(gold):
+        p = pred[i] if i < len(pred) else None
+        if g is None:
+            out.append(i < len(pred) and p is None)
+        else:
+            out.append(p is not None and bool(match_parallel(p, g, tools)))
+    return out
+
+
+def step_outcomes(
+    row: Trajectory, messages: Sequence[Message], level: Literal["call", "tool"] = "call"
+) -> list[float]:
+    """The verifier's outcome of every assistant step: 1.0 when it matches the gold step at
+    its position (step 2; ``level="tool"``: the same tools, arguments aside, as step 6), 0.0
+    otherwise (a step past the gold's last is 0). Process labels for a step scorer
+    (:mod:`.agent_prm`).
+
+    >>> from trajsynth.core.task import GoldTurn
+    >>> gt = GroundTruth(turns=[GoldTurn(request="hi", steps=[])])
+    >>> row = Trajectory(id="r", task_id="t", ground_truth=gt.model_dump(mode="json"))
+    >>> step_outcomes(row, [Message(role="assistant", content="hello"),
+    ...                     Message(role="assistant", content="again")])
+    [1.0, 0.0]
+    """
+    gt = GroundTruth.from_json(row.ground_truth)
+    if gt is None:
+        raise ValueError(f"task {row.task_id} has no ground truth")
+    gold, pred = gold_steps(gt), predicted_steps(messages)
+    if level == "tool":
+        ok = [
+            i < len(pred)
+            and (pred[i] is None) == (g is None)
+            and (g is None or sorted(c.name for c in pred[i] or []) == sorted(c.name for c in g))
+            for i, g in enumerate(gold)
+        ]
+    else:
+        ok = _aligned(gold, pred, row.tools or None)
+    return [float(ok[i]) if i < len(ok) else 0.0 for i in range(len(pred))]
+
+
 def first_step_exact(row: Trajectory, messages: Sequence[Message]) -> float:
     """LoopTool's reward as its GRPO run scores it: one step against the gold, 1.0 when the
     episode's first assistant message makes the gold first step's calls as a multiset
@@ -163,43 +200,6 @@ def first_step_exact(row: Trajectory, messages: Sequence[Message]) -> float:
     step = next((m for m in messages if m.role == "assistant"), None)
     pred = list(step.tool_calls) if step is not None and step.tool_calls else "text"
     return exact_multiset_reward(pred, gold if gold is not None else "text")
-
-
-class RewardConfig(BaseModel):
-    """The GRPO reward: LoopTool's binary exact match by default (arXiv:2511.09148), with the
-    reference reward's efficiency and format terms (docs/methods.md, "Quality") optional."""
-
-    kind: Literal[
-        "exact_match", "call_match", "state_match", "tool_match", "answer_em", "answer_f1"
-    ] = Field(
-        default="exact_match",
-        description="exact_match: LoopTool's binary reward (every step's calls equal the "
-        "gold as a multiset); call_match: BFCL AST matching; state_match: tau-bench final "
-        "state plus required outputs; tool_match: the right tools at every step, arguments "
-        "aside (a denser signal for a student that cannot copy values yet); answer_em / "
-        "answer_f1: the final answer (its <answer> span) against a QA task's answers, by "
-        "exact match or token F1 (Search-R1's reward).",
-    )
-    efficiency: float = Field(
-        default=0.0, ge=0, description="λ_eff: R −= λ_eff · turns / max_turns (0: off)."
-    )
-    format: float = Field(
-        default=0.0, ge=0, description="λ_format: R −= λ_format when a turn had a format error."
-    )
-
-
-def episode_reward(
-    ep: Rollout, scores: dict[str, float], cfg: RewardConfig, max_turns: int
-) -> float:
-    """R = R_task − λ_eff · turns / max_turns − λ_format · 1(format error)."""
-    if cfg.kind == "state_match":
-        task = scores.get("state_match", 0.0) * scores.get("outputs_match", 0.0)
-    else:
-        task = scores.get(cfg.kind, 0.0)
-    penalty = cfg.efficiency * ep.steps / max_turns
-    if ep.format_errors or ep.truncated or ep.error:
-        penalty += cfg.format
-    return task - penalty
 
 
 class EvalReport(BaseModel):

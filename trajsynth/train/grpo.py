@@ -1,9 +1,14 @@
-"""GRPO on multi-turn tool-use episodes, with optional GiGPO step advantages.
+"""Policy-gradient training on multi-turn tool-use episodes: GRPO, GiGPO, Turn-PPO, ArCHer,
+an explicit PRM or implicit step rewards for the credit, optional StarPO-S filtering.
 
 GRPO: Shao et al. 2024, "DeepSeekMath" (arXiv 2402.03300, §4.1). GiGPO: Feng et al. 2025,
 "Group-in-Group Policy Optimization for LLM Agent Training" (arXiv 2505.10978). Settings
 follow LoopTool's verl run (arXiv:2511.09148, ``grpotool/train_grpo_qwen.sh``): G rollouts
-per task, binary exact-match reward, clip 0.2 / 0.28, no KL.
+per task, binary exact-match reward, clip 0.2 / 0.28, no KL. The other estimators live in
+the modules named after their methods (:mod:`.credit` lists them): Turn-PPO
+(:mod:`.turn_ppo`, arXiv 2512.17008), ArCHer (:mod:`.archer`, arXiv 2402.19446), an explicit
+PRM (:mod:`.agent_prm`, arXiv 2502.10325), iStar's implicit PRM (:mod:`.istar`, arXiv
+2509.19199); StarPO-S's filter is :mod:`.starpo` (arXiv 2504.20073).
 
 Each iteration:
 
@@ -12,13 +17,16 @@ Each iteration:
    concurrently, sampling at ``rollout.temperature`` (:mod:`.rollout`: the model being
    trained is played through :class:`~trajsynth.llm.local.LocalBackend`, token in / token
    out, token ids as generated);
-2) score every episode with the shared verifiers (:mod:`.eval`): by default LoopTool's binary
-   exact-match reward; the efficiency and format terms of the reference reward are configurable
-   (:class:`~trajsynth.train.eval.RewardConfig`). The reward is given at the last step
-   (sparse), so a step's discounted return is γ^{T−1−t}·R;
-3) advantages per group of G (:mod:`.advantages`): GRPO's (r − mean)/std, or GiGPO's episode
-   advantage + ω × the step advantage within groups of identical environment-state hashes.
-   A group with no signal (all rewards equal) is dropped;
+2) score every episode (:mod:`.rewards`): the weighted reward terms (by default LoopTool's
+   binary exact match from the shared verifiers; the three-part agent reward, the judge's
+   rubric, partial credit) less the efficiency and format penalties. The reward is given at
+   the last step (sparse), so a step's discounted return is γ^{T−1−t}·R;
+3) with ``filter_variance`` p, keep the top p of the task groups by reward standard deviation
+   (StarPO-S); then the estimator gives every turn of every episode it keeps an advantage:
+   GRPO's (r − mean)/std, GiGPO's episode + ω × anchor-state step advantage (both drop a
+   group whose rewards are all equal), Turn-PPO's turn GAE, ArCHer's Q − V, or the episode
+   advantage + w × normalised step rewards of a PRM (explicit or implicit). An estimator that
+   learns (a critic, a PRM) trains on the same batch;
 4) every generated token gets its turn's advantage; prompt, user and tool tokens get loss mask
    0 (the model is never trained on tool output). Old log-probabilities come from the current
    model before the update (on-policy; with one pass and one minibatch the policy has not
@@ -27,8 +35,13 @@ Each iteration:
 5) ``ppo_epochs`` passes over ``minibatches`` minibatches: clipped surrogate (ε_low, ε_high)
    + β·KL (k3), aggregated per token or per sequence (:mod:`.losses`), gradient clipping,
    AdamW;
-6) log reward, success, calls per episode, format errors, advantage statistics, the clipped
-   share and KL; checkpoint every ``save_every`` iterations; save the final model folder.
+6) log reward (and each of its terms), success, calls per episode, format errors, advantage
+   statistics, the estimator's figures (critic loss, explained variance, PRM scores), the
+   clipped share and KL; checkpoint every ``save_every`` iterations (with the estimator's
+   state); save the final model folder.
+
+Everything a run needs is checked before the first rollout: an unknown reward term, weights
+that do not sum as declared, ``prm`` without a PRM folder.
 
 With ``lora_r`` > 0 only LoRA adapters are trained (:func:`~.modeling.with_lora`; "LoRA:
 Low-Rank Adaptation of Large Language Models", arXiv:2106.09685), optionally in the top
@@ -47,31 +60,34 @@ import json
 import math
 import random
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from ..core.errors import ConfigError, DataError
 from ..core.ids import stable_hash
 from ..core.schema import Trajectory
 from . import checkpoint
-from .advantages import AdvantageStats, gigpo_advantages, group_advantages
-from .eval import RewardConfig, episode_reward, score_episode
+from .advantages import AdvantageStats, GroupRelative
+from .agent_prm import PRMRewardConfig
+from .archer import ArcherConfig
+from .credit import Estimator, Kept, batch_logprobs, group_by_task, token_batch
+from .istar import IStarConfig
 from .losses import aggregate, clipped_surrogate, kl_k3
 from .modeling import (
     LoRASettings,
-    autocast,
     load_student,
     resolve_device,
     resolve_dtype,
-    selected_logprobs,
     with_lora,
 )
 from .progress import NullProgress, Progress
+from .rewards import RewardConfig, score_rewards
 from .rollout import ChatPlayer, Rollout, RolloutConfig, run_rollouts
+from .starpo import filter_groups
+from .turn_ppo import TurnPPOConfig
 
 __all__ = ["GRPOConfig", "GRPOResult", "train_grpo"]
 
@@ -100,14 +116,28 @@ class GRPOConfig(LoRASettings):
         default="token_mean",
         description="token_mean: DAPO's token-level mean; seq_mean: the original GRPO.",
     )
-    advantage: Literal["grpo", "gigpo"] = Field(
-        default="grpo", description="grpo: episode advantages; gigpo: + step advantages."
+    advantage: Literal["grpo", "gigpo", "turn_ppo", "archer", "prm", "implicit_prm"] = Field(
+        default="grpo",
+        description="Credit assignment: grpo (episode advantages), gigpo (+ anchor-state step "
+        "advantages), turn_ppo (turn critic, GAE over turns), archer (off-policy TD critic), "
+        "prm (a trained step scorer's dense rewards), implicit_prm (iStar's log-ratio rewards).",
+    )
+    filter_variance: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="StarPO-S: keep the top share of task groups by reward std before each "
+        "update (RAGEN's default 0.25); None keeps every group.",
     )
     scale_advantages: bool = Field(
         default=True, description="Divide by the group std (False: Dr. GRPO's r − mean)."
     )
     omega: float = Field(default=1.0, ge=0, description="GiGPO ω (paper: 1).")
     gamma: float = Field(default=0.95, ge=0, le=1, description="GiGPO γ (paper: 0.95).")
+    turn_ppo: TurnPPOConfig = Field(default_factory=TurnPPOConfig, description="Turn-PPO.")
+    archer: ArcherConfig = Field(default_factory=ArcherConfig, description="ArCHer.")
+    prm: PRMRewardConfig = Field(default_factory=PRMRewardConfig, description="Explicit PRM.")
+    implicit_prm: IStarConfig = Field(default_factory=IStarConfig, description="iStar.")
     ppo_epochs: int = Field(default=1, ge=1, description="Passes over each rollout batch.")
     minibatches: int = Field(default=1, ge=1, description="Optimizer steps per pass.")
     micro_batch: int = Field(default=16, ge=1, description="Sequences per forward pass.")
@@ -122,6 +152,15 @@ class GRPOConfig(LoRASettings):
     seed: int = Field(default=0, description="Seeds the task order and sampling.")
     save_every: int = Field(default=0, ge=0, description="Checkpoint every N iterations.")
     resume: bool = Field(default=True, description="Resume from OUT/checkpoint when present.")
+
+    @model_validator(mode="after")
+    def _needs(self) -> GRPOConfig:
+        if self.advantage == "prm" and not self.prm.path:
+            raise ValueError(
+                "advantage prm needs a trained step scorer: give --prm DIR (a folder written "
+                "by trajsynth train-prm)"
+            )
+        return self
 
     def identity(self) -> str:
         return stable_hash(self.model_dump(exclude={"device", "save_every", "resume"}))
@@ -146,94 +185,99 @@ def score_and_advantages(
     cfg: GRPOConfig,
     stats: AdvantageStats,
     reward_fn: RewardFn | None = None,
-) -> list[tuple[Rollout, list[float]]]:
-    """Steps 2-3: (episode, advantage per assistant turn) for every episode of a group with
-    signal. ``reward_fn`` (e.g. an arena package's own reward) replaces the verifiers' score
-    as the task reward; the efficiency and format terms still apply."""
-    groups: dict[str, list[Rollout]] = defaultdict(list)
-    for ep in episodes:
-        if reward_fn is not None:
-            task_reward = float(reward_fn(ep.row, ep.messages))
-            scores = {"exact_match": task_reward, "call_match": task_reward}
-            ep.scores.update(scores)
-            ep.reward = episode_reward(
-                ep,
-                scores,
-                cfg.reward.model_copy(update={"kind": "exact_match"}),
-                cfg.rollout.max_steps,
-            )
-            ep.success = float(task_reward >= 1.0)
-        else:
-            scores = score_episode(ep.row, ep.messages, make_env)
-            ep.scores.update(scores)
-            ep.reward = episode_reward(ep, scores, cfg.reward, cfg.rollout.max_steps)
-            kind = cfg.reward.kind if cfg.reward.kind != "state_match" else "call_match"
-            ep.success = scores.get(kind, 0.0)
-        ep.step_rewards = [0.0] * max(0, ep.steps - 1) + [ep.reward] if ep.steps else []
-        groups[ep.row.id].append(ep)
-    kept: list[tuple[Rollout, list[float]]] = []
-    for group in groups.values():
-        rewards = [ep.reward for ep in group]
-        if cfg.advantage == "grpo":
-            adv = group_advantages(rewards, scale=cfg.scale_advantages)
-            stats.add(adv)
-            if adv is None:
-                continue  # no signal: filtered
-            kept += [(ep, [a] * ep.steps) for ep, a in zip(group, adv, strict=True)]
-        else:
-            steps = gigpo_advantages(
-                rewards,
-                [ep.step_rewards for ep in group],
-                [ep.step_states[: ep.steps] for ep in group],
-                omega=cfg.omega,
-                gamma=cfg.gamma,
-                scale=cfg.scale_advantages,
-            )
-            stats.add(None if steps is None else [a for s in steps for a in s])
-            if steps is None:
-                continue
-            kept += list(zip(group, steps, strict=True))
-    return kept
-
-
-def _token_batch(
-    items: Sequence[tuple[Rollout, list[float]]], pad_id: int, device: str
-) -> dict[str, Any]:
-    """Step 4: right-padded (B, T) ids, loss mask and per-token advantages."""
-    import torch
-
-    width = max(len(ep.token_ids) for ep, _ in items)
-    ids = torch.full((len(items), width), pad_id, dtype=torch.long)  # (B, T)
-    mask = torch.zeros((len(items), width), dtype=torch.bool)  # (B, T)
-    adv = torch.zeros((len(items), width), dtype=torch.float32)  # (B, T)
-    for b, (ep, step_adv) in enumerate(items):
-        n = len(ep.token_ids)
-        ids[b, :n] = torch.tensor(ep.token_ids)
-        # generated tokens only: prompt, user and tool tokens carry no loss
-        mask[b, :n] = torch.tensor(ep.mask, dtype=torch.bool)
-        adv[b, :n] = torch.tensor(
-            [step_adv[s] if s >= 0 and s < len(step_adv) else 0.0 for s in ep.step_of_token]
+    *,
+    estimator: Estimator | None = None,
+    metrics: dict[str, float] | None = None,
+) -> Kept:
+    """Steps 2-3: (episode, advantage per assistant turn) for every episode the estimator
+    keeps. ``reward_fn`` (e.g. an arena package's own reward) replaces the verifiers' score
+    as the task reward; the efficiency and format terms still apply. ``estimator`` defaults
+    to GRPO or GiGPO as ``cfg.advantage`` says (those need no model)."""
+    metrics = metrics if metrics is not None else {}
+    metrics.update(
+        score_rewards(
+            episodes,
+            make_env,
+            cfg.reward,
+            cfg.rollout.max_steps,
+            reward_fn=reward_fn,
+            seed=cfg.seed,
         )
-    keep = mask[:, 1:]  # positions whose next token is trained on
-    seq_index = torch.arange(len(items)).unsqueeze(1).expand_as(keep)[keep]  # (N,)
-    return {
-        "ids": ids.to(device),
-        "mask": mask.to(device),
-        "adv": adv[:, 1:][keep].to(device),  # (N,)
-        "seq_index": seq_index.to(device),
-        "n_seqs": len(items),
-    }
+    )
+    groups = group_by_task(episodes)
+    if cfg.filter_variance is not None:
+        groups = filter_groups(groups, cfg.filter_variance, metrics)
+    if estimator is None:
+        if cfg.advantage not in ("grpo", "gigpo"):
+            raise ConfigError(f"advantage {cfg.advantage} needs a model: use train_grpo")
+        estimator = GroupRelative(
+            gigpo=cfg.advantage == "gigpo",
+            omega=cfg.omega,
+            gamma=cfg.gamma,
+            scale=cfg.scale_advantages,
+        )
+    return estimator.advantages(groups, stats, metrics)
 
 
-def _logprobs(
-    model: Any, batch: dict[str, Any], device: str, precision: str, temperature: float = 1.0
-) -> Any:
-    """Log-probabilities of the trained tokens under the policy that sampled them:
-    softmax(logits / T) at the rollout temperature T (greedy rollouts: T = 1)."""
-    with autocast(device, precision):
-        return selected_logprobs(
-            model, batch["ids"], None, batch["mask"], temperature
-        ).float()  # (N,)
+def make_estimator(
+    cfg: GRPOConfig,
+    model: Any,
+    start_model: Any | None,
+    tokenizer: Any,
+    device: str,
+    precision: str,
+    temperature: float,
+) -> Estimator:
+    """The estimator ``cfg.advantage`` names, with what it owns: a critic on a frozen copy of
+    the start model (``start_model``), the PRM folder, or π_φ copied from ``model``."""
+    if cfg.advantage in ("grpo", "gigpo"):
+        return GroupRelative(
+            gigpo=cfg.advantage == "gigpo",
+            omega=cfg.omega,
+            gamma=cfg.gamma,
+            scale=cfg.scale_advantages,
+        )
+    if cfg.advantage in ("turn_ppo", "archer"):
+        from .critic import Encoder
+
+        assert start_model is not None
+        encoder = Encoder(
+            start_model,
+            tokenizer,
+            device,
+            max_steps=cfg.rollout.max_steps,
+            max_len=cfg.rollout.max_len,
+        )
+        if cfg.advantage == "turn_ppo":
+            from .turn_ppo import TurnPPO
+
+            return TurnPPO(encoder, cfg.turn_ppo, seed=cfg.seed)
+        from .archer import Archer
+
+        return Archer(encoder, cfg.archer, seed=cfg.seed)
+    if cfg.advantage == "prm":
+        from .agent_prm import AgentPRM, StepScorer
+
+        assert cfg.prm.path is not None
+        scorer = StepScorer.load(cfg.prm.path, device, max_steps=cfg.rollout.max_steps)
+        return AgentPRM(scorer, cfg.prm, scale=cfg.scale_advantages)
+    from .istar import IStar
+
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return IStar(
+        model,
+        cfg.implicit_prm,
+        pad_id=pad_id,
+        device=device,
+        precision=precision,
+        temperature=temperature,
+        micro_batch=cfg.micro_batch,
+        scale=cfg.scale_advantages,
+    )
+
+
+_token_batch = token_batch  # step 4 (the name the tests know)
+_logprobs = batch_logprobs
 
 
 # --------------------------------------------------------------------------------------
@@ -263,6 +307,11 @@ def train_grpo(
     if not tasks:
         raise DataError("no task rows with ground truth to train on")
     make_env = make_env or env_maker(cfg.max_observation_chars)
+    if cfg.advantage == "prm":  # before any model is loaded or episode played
+        from .agent_prm import StepScorer
+
+        assert cfg.prm.path is not None
+        StepScorer.check(cfg.prm.path)
     device = resolve_device(cfg.device)
     precision = resolve_dtype(cfg.precision, device)
     if precision == "bf16" and device == "cpu":
@@ -275,6 +324,11 @@ def train_grpo(
     if cfg.beta > 0:  # the frozen start model (the original, also when resuming)
         ref_model = load_student(cfg.model, device)[0] if state else copy.deepcopy(model)
         ref_model.eval().requires_grad_(False)
+    start_model = None
+    if cfg.advantage in ("turn_ppo", "archer"):  # the critic's frozen encoder: the start model
+        start_model = ref_model or (
+            load_student(cfg.model, device)[0] if state else copy.deepcopy(model)
+        )
     if cfg.lora_r:
         torch.manual_seed(cfg.seed)  # the adapters' initial weights
         model = with_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_layers)
@@ -284,10 +338,15 @@ def train_grpo(
         betas=(0.9, 0.99),
         weight_decay=0.0,
     )
+    temp = cfg.rollout.temperature or 1.0  # the sampled policy is softmax(logits / T)
+    estimator = make_estimator(cfg, model, start_model, tokenizer, device, precision, temp)
     first = 0
     history: list[dict[str, float]] = []
     if state is not None:
         checkpoint.load_optimizer(out, optimizer, device)
+        extra = checkpoint.load_extra(out)
+        if extra is not None:
+            estimator.load_state_dict(extra)
         first = int(state["step"])
         history = list(state.get("history", []))
         progress.note(f"resuming from iteration {first} of {cfg.iterations}")
@@ -303,7 +362,6 @@ def train_grpo(
     )
     player = ChatPlayer.local(backend)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    temp = cfg.rollout.temperature or 1.0  # the sampled policy is softmax(logits / T)
 
     # 1) the task stream: a seeded shuffle per epoch
     def task_batch(it: int) -> list[Trajectory]:
@@ -326,7 +384,11 @@ def train_grpo(
         t_rollout = time.perf_counter() - t0
         # 2-3) rewards and advantages
         stats = AdvantageStats()
-        kept = score_and_advantages(episodes, make_env, cfg, stats, reward_fn)
+        found: dict[str, float] = {}
+        t_credit = time.perf_counter()
+        kept = score_and_advantages(
+            episodes, make_env, cfg, stats, reward_fn, estimator=estimator, metrics=found
+        )
         kept = [(ep, a) for ep, a in kept if any(ep.mask)]
         metrics: dict[str, float] = {
             "reward": sum(ep.reward for ep in episodes) / len(episodes),
@@ -338,7 +400,9 @@ def train_grpo(
             "episodes_trained": float(len(kept)),
             "generated_tokens": float(sum(sum(ep.mask) for ep in episodes)),
             "rollout_s": t_rollout,
+            "credit_s": time.perf_counter() - t_credit,
             **stats.summary(),
+            **found,
         }
         # 4-5) the policy update
         clip_frac = kl_sum = loss_sum = 0.0
@@ -415,6 +479,7 @@ def train_grpo(
                 tokenizer,
                 optimizer,
                 {"step": it + 1, "config": cfg.identity(), "data": data_fp, "history": history},
+                extra=estimator.state_dict() or None,
             )
     progress.close()
     model.eval()

@@ -12,10 +12,14 @@ best-fit decreasing; TRL's mask comes from the same ``{% generation %}`` markers
    trained (PyPI ``peft``; "LoRA: Low-Rank Adaptation of Large Language Models",
    arXiv:2106.09685), and merged into the saved model;
 2) tokenize every row with the chat template and its assistant mask, then pack (:mod:`.data`):
-   tool results, user turns and the system prompt carry no loss;
-3) each optimizer step takes ``grad_accum`` micro-batches; the loss is the sum of −log p over
-   the masked-in tokens of all of them divided by their total count, so one micro-batch of 8
-   and eight of 1 give the same gradient; bf16 autocast on CUDA, fp32 on CPU;
+   tool results, user turns and the system prompt carry no loss. With ``weights`` (the
+   default) each assistant token carries its row's sample weight × its step's weight
+   (``extra["weight"]``, else STeCa's calibration weight; ``extra["step_weights"]``); a row of
+   weight 0 is dropped before anything else, so it changes nothing;
+3) each optimizer step takes ``grad_accum`` micro-batches; the loss is the sum of −w·log p over
+   the masked-in tokens of all of them divided by their total weight (their count when every
+   weight is 1), so one micro-batch of 8 and eight of 1 give the same gradient; bf16
+   autocast on CUDA, fp32 on CPU;
 4) clip the gradient norm, AdamW step, learning rate with linear warmup then cosine decay to
    ``min_lr_ratio`` × lr (with a time budget, ``max_minutes``, the decay follows whichever of
    steps or time is further along, and training stops when the time is up);
@@ -42,7 +46,7 @@ from ..core.errors import ConfigError, DataError
 from ..core.ids import stable_hash
 from ..core.schema import Trajectory
 from . import checkpoint
-from .data import IGNORE_INDEX, Batch, batches, tokenize_rows
+from .data import IGNORE_INDEX, Batch, batches, sample_weight, tokenize_rows
 from .modeling import (
     LoRASettings,
     autocast,
@@ -102,6 +106,11 @@ class SFTConfig(LoRASettings):
     )
     pack: bool = Field(default=True, description="Pack whole conversations into rows.")
     reasoning: bool = Field(default=True, description="Train on the assistant's reasoning too.")
+    weights: bool = Field(
+        default=True,
+        description="Weight each row's loss by its sample weight (extra.weight, else STeCa's "
+        "calibration weight) and each step by extra.step_weights; a row of weight 0 is dropped.",
+    )
     device: str = Field(default="auto", description="auto, cpu, cuda, cuda:1, mps.")
     precision: Literal["auto", "bf16", "fp32"] = Field(
         default="auto", description="auto: bf16 autocast on CUDA, fp32 elsewhere."
@@ -145,32 +154,38 @@ class SFTResult(BaseModel):
 
 
 def masked_nll(model: Any, batch: Batch, device: str, precision: str) -> tuple[Any, int]:
-    """(sum of −log p over the batch's labelled tokens, their count)."""
+    """(sum of −w·log p over the batch's labelled tokens, their count); w = 1 without
+    loss weights."""
     import torch
 
     ids = torch.tensor(batch.input_ids, device=device)  # (B, T)
     pos = torch.tensor(batch.position_ids, device=device)  # (B, T)
     labels = torch.tensor(batch.labels, device=device)  # (B, T)
+    keep = labels != IGNORE_INDEX  # (B, T)
     with autocast(device, precision):
-        logp = selected_logprobs(model, ids, pos, labels != IGNORE_INDEX)  # (N,)
-    return -logp.sum(), int(logp.numel())
+        logp = selected_logprobs(model, ids, pos, keep)  # (N,)
+    if batch.loss_weights is None:
+        return -logp.sum(), int(logp.numel())
+    w = torch.tensor(batch.loss_weights, device=device)[:, 1:][keep[:, 1:]]  # (N,)
+    return -(w * logp).sum(), int(logp.numel())
 
 
 def accumulate_gradients(
     model: Any, micro: Sequence[Batch], device: str, precision: str
 ) -> tuple[float, int]:
     """Step 3: backward over the micro-batches of one optimizer step, each loss divided by
-    the whole step's token count (so the split into micro-batches does not change the
+    the whole step's total loss weight (so the split into micro-batches does not change the
     gradient). Returns (summed loss, labelled tokens)."""
     n_step = sum(b.loss_tokens for b in micro)  # labelled tokens of the whole step
+    w_step = sum(b.loss_weight for b in micro)  # their summed weight (= n_step unweighted)
     total = 0.0
     for b in micro:
         nll, n = masked_nll(model, b, device, precision)
-        if n == 0:
+        if n == 0 or w_step <= 0:
             continue
-        (nll / n_step).backward()
+        (nll / w_step).backward()
         total += float(nll.detach())
-    return total, n_step
+    return total * n_step / w_step if w_step > 0 else 0.0, n_step
 
 
 def _lr_at(step: int, total: int, cfg: SFTConfig, time_share: float = 0.0) -> float:
@@ -186,8 +201,11 @@ def _lr_at(step: int, total: int, cfg: SFTConfig, time_share: float = 0.0) -> fl
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def _data_fingerprint(rows: Sequence[Trajectory]) -> str:
-    return stable_hash([r.id for r in rows])
+def _data_fingerprint(rows: Sequence[Trajectory], weights: bool = False) -> str:
+    ids: list[Any] = [r.id for r in rows]
+    if weights and any(sample_weight(r) != 1.0 or "step_weights" in (r.extra or {}) for r in rows):
+        ids = [[r.id, sample_weight(r), (r.extra or {}).get("step_weights")] for r in rows]
+    return stable_hash(ids)
 
 
 def train_sft(
@@ -208,7 +226,11 @@ def train_sft(
         raise ConfigError("bf16 autocast is for GPUs; use --precision fp32 on the CPU")
     if not rows:
         raise DataError("no trajectories to train on")
-    data_fp = _data_fingerprint(rows)
+    if cfg.weights:  # a row of weight 0 changes nothing, not even the tiny tokenizer
+        rows = [r for r in rows if sample_weight(r) > 0]
+        if not rows:
+            raise DataError("every row has weight 0: nothing to train on")
+    data_fp = _data_fingerprint(rows, cfg.weights)
     resume = checkpoint.load_state(out, cfg.identity(), data_fp, resume=cfg.resume)
 
     # 1) the student
@@ -224,7 +246,9 @@ def train_sft(
         model = _with_lora(model, cfg)
 
     # 2) tokens, masks, packing
-    examples, stats = tokenize_rows(tokenizer, rows, max_len=cfg.max_len, reasoning=cfg.reasoning)
+    examples, stats = tokenize_rows(
+        tokenizer, rows, max_len=cfg.max_len, reasoning=cfg.reasoning, weights=cfg.weights
+    )
     if not examples:
         raise DataError(
             f"none of the {len(rows)} rows has an assistant message to train on",

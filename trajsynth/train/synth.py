@@ -17,6 +17,12 @@ have hundreds of executable tasks today. Steps for one variant of an authored ex
    a fresh environment, outputs and references are filled in, the final state hash recorded. A
    variant whose gold calls now fail (no flight on that route, a directory where a file was
    meant) is dropped, as is a duplicate of a variant already made;
+A second family is built outright for credit assignment (:func:`workflow_tasks`): four math
+workflows of five dependent calls each ("convert, round, store, recall, double"; "solve,
+average the roots, round, store, list"; ...), all ten math tools offered, so the request
+decides which tool comes at each step and one early wrong call dooms the episode (every
+later call reads its output; a reward over every step is then 0).
+
 4) :func:`gold_trajectory` plays a task's gold calls through a fresh environment step by step,
    so tool messages are exactly what a policy would see in a rollout, and adds the clarifying
    question of a ``clarify`` turn, the user's answer, and a final answer naming the required
@@ -36,7 +42,7 @@ from ..core.ids import canonical_json, seed_from, stable_id
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GroundTruth
 
-__all__ = ["env_maker", "gold_trajectory", "task_variants"]
+__all__ = ["env_maker", "gold_trajectory", "task_variants", "workflow_tasks"]
 
 _REF = re.compile(r"\{\{.*?\}\}")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\w)")
@@ -230,6 +236,111 @@ def task_variants(
                 task_id=f"{authored.task_id}~{stable_id(key)[:8]}",
                 method="variation",
                 extra={"family": authored.task_id},
+            )
+        )
+    return rows
+
+
+def _workflow(kind: int, rng: random.Random) -> tuple[str, list[Any], dict[str, Any] | None]:
+    """One of four five-step math workflows with fresh values: (request, calls, initial
+    memory). Each call reads the previous one's output."""
+    from ..envs.tasks import call, ref
+
+    name = rng.choice(["total", "score", "result", "answer", "saved", "final", "target_x"])
+    d = rng.randint(0, 3)
+    if kind == 0:
+        v = rng.randint(2, 500)
+        return (
+            f"Convert {v} km to mi, round it to {d} places, store it as {name}, then recall "
+            f"{name} and double it.",
+            [
+                call("convert_units", value=v, from_unit="km", to_unit="mi"),
+                call("round_number", value=ref("c0.result"), digits=d),
+                call("store_value", name=name, value=ref("c1.result")),
+                call("recall_value", name=name),
+                call("calculate", expression="{{c3.value}} * 2"),
+            ],
+            None,
+        )
+    if kind == 1:
+        r1, r2 = rng.sample(range(-9, 10), 2)
+        b, c = -(r1 + r2), r1 * r2
+        sign_b = f"+ {b}" if b >= 0 else f"- {-b}"
+        sign_c = f"+ {c}" if c >= 0 else f"- {-c}"
+        return (
+            f"Solve x^2 {sign_b}x {sign_c} = 0, take the mean of the roots, round it to {d} "
+            f"places, store it as {name} and list every stored value.",
+            [
+                call("solve_quadratic", a=1, b=b, c=c),
+                call("statistics", numbers=ref("c0.roots"), measures=["mean"]),
+                call("round_number", value=ref("c1.results.mean"), digits=d),
+                call("store_value", name=name, value=ref("c2.result")),
+                call("list_values"),
+            ],
+            None,
+        )
+    if kind == 2:
+        p, r, y = rng.randint(100, 9000), rng.randint(1, 9), rng.randint(1, 20)
+        return (
+            f"Compute compound interest on {p} at {r}% for {y} years, round the final amount "
+            f"to whole units, get the percentage change from {p} to it, store that change as "
+            f"{name}, and recall {name}.",
+            [
+                call("compound_interest", principal=p, annual_rate_percent=r, years=y),
+                call("round_number", value=ref("c0.final_amount"), digits=0),
+                call("percentage_change", old_value=p, new_value=ref("c1.result")),
+                call("store_value", name=name, value=ref("c2.percent_change")),
+                call("recall_value", name=name),
+            ],
+            None,
+        )
+    slot = rng.choice(["trip_km", "route_km", "leg_km", "lap_km"])
+    km = float(rng.randint(1, 900))
+    return (
+        f"Recall {slot}, convert it from km to m, divide it by 3, round it to {d} places and "
+        f"store it as {name}.",
+        [
+            call("recall_value", name=slot),
+            call("convert_units", value=ref("c0.value"), from_unit="km", to_unit="m"),
+            call("calculate", expression="{{c1.result}} / 3"),
+            call("round_number", value=ref("c2.result"), digits=d),
+            call("store_value", name=name, value=ref("c3.result")),
+        ],
+        {"memory": {slot: {"name": slot, "value": km}}},
+    )
+
+
+def workflow_tasks(n: int, *, seed: int = 0) -> list[Trajectory]:
+    """``n`` distinct tasks of the math workflows (module docstring): five dependent calls
+    each, the request deciding which tools in which order; every math tool is offered.
+    Deterministic for a seed."""
+    from ..envs.domains import get_domain
+    from ..envs.tasks import materialize, task, turn
+
+    domain = get_domain("math")
+    toolset = domain.toolset()
+    rng = random.Random(seed_from("trajsynth.train.synth.workflow", seed))
+    rows: list[Trajectory] = []
+    seen: set[str] = set()
+    while len(rows) < n:
+        kind = len(rows) % 4
+        request, calls, state = _workflow(kind, rng)
+        if request in seen:
+            continue
+        seen.add(request)
+        authored = task(
+            f"workflow-{kind}",
+            ["dependent_calls", "long_horizon"],
+            turn(request, *calls),
+            initial_state=state,
+        )
+        row = materialize(authored, domain).to_trajectory(toolset)
+        rows.append(
+            row.derive(
+                id=stable_id("workflow-task", request),
+                task_id=f"workflow-{kind}~{stable_id(request)[:8]}",
+                method="variation",
+                extra={"family": f"workflow-{kind}"},
             )
         )
     return rows

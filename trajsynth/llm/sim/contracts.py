@@ -301,13 +301,20 @@ class JudgeMeta(_Meta):
       results without errors, and equal to ``reference`` when given.
     - ``edge`` (Magnet graph): does ``source_tool``'s output feed an input of ``target_tool``?
       → JSON ``{"related": "yes"|"no", "reason": …}``.
+    - ``rubric`` (a judge reward): ``calls`` (the episode's), ``answer``, ``reference``,
+      ``required_outputs``, ``format_errors`` → JSON ``{dimension: score in [0, 1]}`` for each
+      of ``dimensions``: completion (every reference call made and an answer given),
+      accuracy (the share of reference calls matched), structure (no format error, calls
+      valid against the tools), citations (the share of required outputs in the answer);
+      an unknown dimension scores like completion. Each score is the true one with
+      probability ``accuracy``, else a draw in [0, 1].
 
     The verdict is the true one with probability ``accuracy`` (default: the role's
     ``judge_accuracy``), otherwise one of the others, drawn per request seed and choice — so
     several votes (n > 1 or several seeds) disagree as real judges do.
     """
 
-    mode: Literal["looptool", "looptool_single", "apigen", "edge"] = "looptool"
+    mode: Literal["looptool", "looptool_single", "apigen", "edge", "rubric"] = "looptool"
     label: CallsOrText | None = None
     prediction: CallsOrText | None = None
     response: CallsOrText | None = None
@@ -320,6 +327,10 @@ class JudgeMeta(_Meta):
     truth: str | bool | None = Field(None, description="The true verdict, when the stage knows.")
     accuracy: float | None = Field(None, ge=0, le=1)
     tools: list[dict[str, Any]] | None = Field(None, description="Overrides request tools.")
+    answer: str | None = Field(None, description="rubric: the episode's final answer.")
+    dimensions: list[str] | None = Field(None, description="rubric: the dimensions to score.")
+    required_outputs: list[str] | None = Field(None, description="rubric: values to report.")
+    format_errors: int = Field(0, ge=0, description="rubric: the episode's format errors.")
 
 
 class VerifierMeta(_Meta):

@@ -139,6 +139,8 @@ def judge(
         return _single(meta, tools, accuracy, r)
     if meta.mode == "apigen":
         return _apigen(meta, tools, accuracy, r)
+    if meta.mode == "rubric":
+        return _rubric(meta, tools, accuracy, r)
     return _edge(meta, accuracy, r)
 
 
@@ -233,6 +235,44 @@ def _apigen(meta: JudgeMeta, tools: ToolIndex, accuracy: float, r: random.Random
     return SimOutput(
         content=json.dumps({"thought": thought, "passes": passes}),
         uncertain=passes != ("yes" if ok else "no"),
+    )
+
+
+def _rubric(meta: JudgeMeta, tools: ToolIndex, accuracy: float, r: random.Random) -> SimOutput:
+    """A judge reward's rubric scores (JudgeMeta, ``rubric``)."""
+    calls = as_calls(meta.calls) if meta.calls is not None else []
+    calls = calls if isinstance(calls, list) else []
+    ref = as_calls(meta.reference)
+    ref = ref if isinstance(ref, list) else None
+    answer = (meta.answer or "").strip()
+    if ref is not None:
+        left = Counter(canonical_json(c) for c in calls)
+        hit = 0
+        for c in ref:
+            key = canonical_json(c)
+            if left[key] > 0:
+                left[key] -= 1
+                hit += 1
+        share = hit / max(len(ref), len(calls)) if (ref or calls) else 1.0
+        complete = float(hit == len(ref) == len(calls) and bool(answer))
+    else:
+        share = 1.0 if _valid(calls, tools) or not calls else 0.0
+        complete = float(bool(answer))
+    structure = float(meta.format_errors == 0 and (not calls or _valid(calls, tools)))
+    outputs = meta.required_outputs or []
+    folded = answer.casefold()
+    cited = (
+        sum(1 for o in outputs if str(o).casefold() in folded) / len(outputs)
+        if outputs
+        else float(bool(answer))
+    )
+    truth = {"completion": complete, "accuracy": share, "structure": structure, "citations": cited}
+    scores = {}
+    for d in meta.dimensions or list(truth):
+        true = truth.get(d, complete)
+        scores[d] = round(true if r.random() < accuracy else r.randint(0, 10) / 10, 4)
+    return SimOutput(
+        content=json.dumps(scores), uncertain=scores != {d: truth.get(d, complete) for d in scores}
     )
 
 
