@@ -271,7 +271,7 @@ def _workflow(kind: int, rng: random.Random) -> tuple[str, list[Any], dict[str, 
             f"Solve x^2 {sign_b}x {sign_c} = 0, take the mean of the roots, round it to {d} "
             f"places, store it as {name} and list every stored value.",
             [
-                call("solve_quadratic", a=1, b=b, c=c),
+                call("quadratic_roots", a=1, b=b, c=c),
                 call("statistics", numbers=ref("c0.roots"), measures=["mean"]),
                 call("round_number", value=ref("c1.results.mean"), digits=d),
                 call("store_value", name=name, value=ref("c2.result")),
@@ -286,7 +286,7 @@ def _workflow(kind: int, rng: random.Random) -> tuple[str, list[Any], dict[str, 
             f"to whole units, get the percentage change from {p} to it, store that change as "
             f"{name}, and recall {name}.",
             [
-                call("compound_interest", principal=p, annual_rate_percent=r, years=y),
+                call("compound_growth", principal=p, annual_rate_percent=r, years=y),
                 call("round_number", value=ref("c0.final_amount"), digits=0),
                 call("percentage_change", old_value=p, new_value=ref("c1.result")),
                 call("store_value", name=name, value=ref("c2.percent_change")),

@@ -13,7 +13,7 @@ incompatible unit pair (``invalid_value``); an unknown unit or memory slot (``no
 a quadratic with a = 0 (``invalid_value``).
 
 Data flow: calculate.result / convert_units.result / statistics.results → store_value.value
-→ recall_value.value → any number parameter; solve_quadratic.roots → statistics.numbers.
+→ recall_value.value → any number parameter; quadratic_roots.roots → statistics.numbers.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def statistics(
 
 
 @tool()
-def solve_quadratic(
+def quadratic_roots(
     db: State,
     a: Annotated[float, "Coefficient of x^2 (not 0)."],
     b: Annotated[float, "Coefficient of x."],
@@ -324,7 +324,7 @@ def round_number(
 
 
 @tool()
-def compound_interest(
+def compound_growth(
     db: State,
     principal: Annotated[float, "Starting amount.", {"minimum": 0}],
     annual_rate_percent: Annotated[float, "Yearly interest rate in percent, e.g. 4.5."],
@@ -341,13 +341,13 @@ TOOLS = [
     calculate,
     convert_units,
     statistics,
-    solve_quadratic,
+    quadratic_roots,
     store_value,
     recall_value,
     list_values,
     percentage_change,
     round_number,
-    compound_interest,
+    compound_growth,
 ]
 
 
@@ -393,7 +393,7 @@ def authored_tasks() -> list:
                 "Solve x^2 - 5x + 6 = 0, give the mean and standard deviation of the roots "
                 "and of 10, 20, 30, round the second mean half-up to 1 place, and store it "
                 "as target.",
-                call("solve_quadratic", a=1, b=-5, c=6),
+                call("quadratic_roots", a=1, b=-5, c=6),
                 call("statistics", numbers=ref("c0.roots"), measures=["mean", "stdev"]),
                 call("statistics", numbers=[10, 20, 30], measures=["mean", "stdev"]),
                 call("round_number", value=ref("c2.results.mean"), digits=1, mode="half_up"),
@@ -424,7 +424,7 @@ def authored_tasks() -> list:
             turn(
                 "How much will my savings grow at 4.5% a year?",
                 call(
-                    "compound_interest",
+                    "compound_growth",
                     principal=10000,
                     annual_rate_percent=4.5,
                     years=5,
