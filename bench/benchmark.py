@@ -9,8 +9,14 @@ dedup, difficulty, balance → decontaminate → LoRA SFT of SmolLM2-135M-Instru
 base model and the trained one. BFCL's single-turn questions, functions and answers never
 enter the training data; the figure ``contamination`` counts any that did (must be 0).
 
-Run: python bench/benchmark.py [--external ../shared/external] [--tasks 60] [--minutes 20]
-     [--limit 50] [--out runs/benchmark]
+Run: python bench/benchmark.py [--external ../shared/external] [--tasks 20] [--minutes 20]
+     [--limit 10] [--out runs/benchmark]
+
+Size: ``--tasks`` tasks per domain, and the pipeline's ``tasks_per_tool`` off (with it, a
+collection of thousands of tools gets thousands of tasks: the pipeline's own settings made
+2,080 tasks whose four rollouts each took 2 h 5 min on a loaded 2-core machine). The
+defaults aim at about 40 minutes on 2 cores (~280 tasks, 20 minutes of SFT, 10 questions per
+category for two models); that total has not been measured end to end yet.
 The pipeline's stages are cached in ``--out``: a rerun with the same settings only reprints.
 The last line is one JSON object: ``base`` and ``trained`` (BFCL category → accuracy, plus
 ``mean`` over simple_python, multiple, parallel, parallel_multiple, live_simple),
@@ -50,9 +56,9 @@ def _external(arg: str | None) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--external", help="Folder of tool collections (TRAJSYNTH_EXTERNAL).")
-    ap.add_argument("--tasks", type=int, default=60, help="Magnet tasks per domain.")
+    ap.add_argument("--tasks", type=int, default=20, help="Magnet tasks per domain.")
     ap.add_argument("--minutes", type=float, default=20.0, help="SFT budget in minutes.")
-    ap.add_argument("--limit", type=int, default=50, help="BFCL entries per category.")
+    ap.add_argument("--limit", type=int, default=10, help="BFCL entries per category.")
     ap.add_argument("--out", default="runs/benchmark", help="Run folder (stages cached there).")
     ap.add_argument("--set", action="append", default=[], help="More pipeline overrides.")
     args = ap.parse_args()
@@ -70,6 +76,7 @@ def main() -> None:
 
     overrides = [
         f"stages.tasks.with.tasks_per_domain={args.tasks}",
+        "stages.tasks.with.tasks_per_tool=null",
         f"stages.train.with.sft.max_minutes={args.minutes}",
         f"stages.bfcl.with.limit={args.limit}",
         f"stages.bfcl.with.categories=[{','.join(CATEGORIES)}]",
