@@ -54,3 +54,30 @@ def test_validate_command_exits_2_before_running(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "defaults.llm.teacher.max_retries" in res.stderr
     assert "Traceback" not in res.stderr + res.stdout
+
+
+@pytest.mark.parametrize(
+    "stage, override, needle",
+    [
+        ("train_sft", "sft.max_minutes=abc", "with.sft.max_minutes:"),
+        ("train_sft", "sft.bogus=1", "with.sft.bogus:"),
+        ("train_grpo", "grpo.iterations=0", "with.grpo.iterations:"),
+    ],
+)
+def test_training_settings_fail_at_load_not_when_the_stage_starts(
+    tmp_path: Path, stage: str, override: str, needle: str
+) -> None:
+    """A training stage's settings (``with: {sft: ...}`` / ``{grpo: ...}``) are the trainer's
+    own config as a mapping; a mistake in them fails validation, naming the stage and field,
+    instead of after every stage before the training ran."""
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(
+        "name: p\nstages:\n"
+        "  - {id: raw, uses: synthetic, with: {rows: 10}}\n"
+        f"  - {{id: train, uses: {stage}, from: raw}}\n"
+    )
+    load_pipeline(str(pipeline))  # the defaults validate
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(str(pipeline), [f"stages.train.with.{override}"])
+    assert "stage 'train'" in str(err.value.message)
+    assert needle in str(err.value.message)

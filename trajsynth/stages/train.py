@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..core.batch import to_records
 from ..core.errors import ConfigError, DataError
@@ -54,6 +54,13 @@ class TrainSFTConfig(StageConfig):
         description="Step budget of a warm-started run (default: sft.step_budget): a loop's "
         "first round can train longer from the base model than later rounds from a checkpoint.",
     )
+
+    @field_validator("sft")
+    @classmethod
+    def _sft_settings(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # checked when the pipeline is validated, not when the stage starts hours later
+        SFTConfig.model_validate(value)
+        return value
 
 
 @register
@@ -96,6 +103,13 @@ class TrainGRPOConfig(StageConfig):
         default_factory=dict,
         description="trajsynth.train.grpo.GRPOConfig fields except model (iterations, ...).",
     )
+
+    @field_validator("grpo")
+    @classmethod
+    def _grpo_settings(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # the model comes from `needs:` at run time; the rest is checked before anything runs
+        GRPOConfig.model_validate({"model": "-", **value})
+        return value
 
 
 @register
