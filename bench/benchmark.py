@@ -9,7 +9,7 @@ dedup, difficulty, balance → decontaminate → LoRA SFT of SmolLM2-135M-Instru
 base model and the trained one. BFCL's single-turn questions, functions and answers never
 enter the training data; the figure ``contamination`` counts any that did (must be 0).
 
-Run: python bench/benchmark.py [--external ../shared/external] [--tasks 20] [--minutes 20]
+Run: python bench/benchmark.py [--external DIR] [--tasks 20] [--minutes 20]
      [--limit 10] [--out runs/benchmark]
 
 Size: ``--tasks`` tasks per domain, and the pipeline's ``tasks_per_tool`` off (with it, a
