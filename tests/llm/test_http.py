@@ -368,7 +368,9 @@ def test_warm_cache_rerun_sends_zero_requests(serve: Any, tmp_path: Path) -> Non
     server = serve("--latency-ms", "1")
     out = tmp_path / "run"
     secret = "sk-pipeline-secret-42"
-    first = run_pipeline(_pipeline(server.base_url, out, 60, api_key=secret), out=out)
+    # counts requests: no hedged duplicates of replies slowed by a loaded machine
+    llm = {"api_key": secret, "hedge_budget": 0}
+    first = run_pipeline(_pipeline(server.base_url, out, 60, **llm), out=out)
     sent = server.metrics()["chat_requests"]
     assert sent == 60 and first.manifest.stages["ask"].status == "done"
     rows = sorted((r.id, r.messages[-1].model_dump_json()) for r in read_records(out / "ask"))
@@ -377,10 +379,10 @@ def test_warm_cache_rerun_sends_zero_requests(serve: Any, tmp_path: Path) -> Non
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
     # unchanged: the runner skips the stage
-    second = run_pipeline(_pipeline(server.base_url, out, 60, api_key=secret), out=out)
+    second = run_pipeline(_pipeline(server.base_url, out, 60, **llm), out=out)
     assert "ask" in second.skipped and server.metrics()["chat_requests"] == sent
     # forced: the stage runs again, every answer comes from the cache, identical rows
-    third = run_pipeline(_pipeline(server.base_url, out, 60, api_key=secret), out=out, force=True)
+    third = run_pipeline(_pipeline(server.base_url, out, 60, **llm), out=out, force=True)
     assert "ask" in third.executed and server.metrics()["chat_requests"] == sent
     assert third.manifest.stages["ask"].metrics["counters"]["llm.teacher.cache_hits"] == 60
     assert rows == sorted(
