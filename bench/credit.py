@@ -242,7 +242,12 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=1024, help="SFT tokens per packed row.")
-    ap.add_argument("--work", default=None, help="Keep checkpoints here (default: a temp dir).")
+    ap.add_argument(
+        "--work",
+        default=None,
+        help="Keep checkpoints and each run's result here (default: a temp dir); a run "
+        "already there with the same settings is not run again, so seeds can be added later.",
+    )
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one is not None:
@@ -272,6 +277,12 @@ def main() -> None:
         for name in names:
             for seed in range(args.seeds):
                 spec = {"args": base, "work": str(work), "seed": seed, "estimator": name}
+                kept = work / f"result-{name}-{seed}.json"
+                if kept.is_file() and json.loads(kept.read_text()).get("args") == base:
+                    run = json.loads(kept.read_text())["run"]  # this run, same settings
+                    runs[name].append(run)
+                    print(f"{name:13s} seed {seed}: reward {run['reward']:.3f}  (kept)")
+                    continue
                 proc = subprocess.run(
                     [sys.executable, __file__, "--one", json.dumps(spec)],
                     capture_output=True,
@@ -282,6 +293,7 @@ def main() -> None:
                     print(proc.stderr[-3000:], file=sys.stderr)
                     raise SystemExit(f"{name} seed {seed} failed")
                 run = json.loads(proc.stdout.strip().splitlines()[-1])
+                kept.write_text(json.dumps({"args": base, "run": run}))
                 runs[name].append(run)
                 print(
                     f"{name:13s} seed {seed}: reward {run['reward']:.3f}  train(last quarter) "
