@@ -1,0 +1,75 @@
+"""single_turn: each row's first decision as a row of its own, copies per decision class."""
+
+from __future__ import annotations
+
+import pytest
+from stagerun import run_outputs as run
+
+from trajsynth.core import Message, Trajectory
+from trajsynth.core.errors import ConfigError
+from trajsynth.core.schema import ToolCall
+from trajsynth.stages import Context, ContextSpec, build_stage
+
+
+def call(name: str, args: str = "{}", i: int = 0) -> ToolCall:
+    return ToolCall(id=f"c{i}", name=name, arguments=args)
+
+
+def row(rid: str, first: Message | None, rest: int = 2) -> Trajectory:
+    msgs = [Message(role="system", content="sys"), Message(role="user", content="please")]
+    if first is not None:
+        msgs.append(first)
+        for k in range(rest):  # a tool result and a later turn: what the view leaves out
+            msgs += [
+                Message(role="tool", content=f"result {k}", tool_call_id="c0"),
+                Message(role="assistant", content=f"done {k}"),
+            ]
+    return Trajectory(
+        id=rid, task_id=f"t-{rid}", messages=msgs, extra={"keep": rid}, step_rewards=[]
+    )
+
+
+ONE = row("one", Message(role="assistant", tool_calls=[call("get_weather", '{"city": "Oslo"}')]))
+TWO = row("two", Message(role="assistant", tool_calls=[call("a"), call("b", i=1)]))
+NONE = row("none", Message(role="assistant", content="No tool can book a table; sorry."), 0)
+EMPTY = row("empty", None)
+
+
+def views(cfg: dict, rows: list[Trajectory]) -> tuple[list[Trajectory], dict[str, int]]:
+    ctx = Context(ContextSpec(stage_id="st"))
+    out = run("single_turn", cfg, rows, ctx).get("main", [])
+    return out, ctx.metrics.counters
+
+
+def test_each_row_becomes_its_opening_and_first_assistant_message() -> None:
+    out, counters = views({}, [ONE, TWO, NONE, EMPTY])
+    assert [len(r.messages) for r in out] == [3, 3, 3]
+    assert [r.messages[-1].role for r in out] == ["assistant"] * 3
+    assert out[0].messages[-1].tool_calls[0].name == "get_weather"
+    assert [r.extra["single_turn"]["class"] for r in out] == ["one", "several", "none"]
+    assert [r.parent_ids for r in out] == [["one"], ["two"], ["none"]]
+    assert all(r.extra["keep"] == p for r, p in zip(out, ["one", "two", "none"], strict=True))
+    assert len({r.id for r in out} | {"one", "two", "none"}) == 6  # new ids
+    assert [r.num_turns for r in out] == [1, 1, 1] and out[1].num_tool_calls == 2
+    assert counters["rows"] == 4 and counters["views"] == 3 and counters["no_assistant"] == 1
+    assert counters["views.one"] == counters["views.several"] == counters["views.none"] == 1
+
+
+def test_repeat_changes_the_mix_and_ids_stay_deterministic() -> None:
+    cfg = {"repeat": {"none": 3, "several": 0}}
+    out, counters = views(cfg, [ONE, TWO, NONE])
+    assert [r.extra["single_turn"]["class"] for r in out] == ["one", "none", "none", "none"]
+    assert len({r.id for r in out}) == 4
+    again, _ = views(cfg, [NONE, ONE])
+    assert {r.id for r in again} == {r.id for r in out}
+    assert counters["views.none"] == 3 and "views.several" not in counters
+
+
+def test_keep_rows_passes_the_originals_on() -> None:
+    out, _ = views({"keep_rows": True}, [ONE])
+    assert [r.id for r in out][1] == "one" and len(out[1].messages) == len(ONE.messages)
+
+
+def test_an_unknown_class_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown decision class"):
+        build_stage("single_turn", {"repeat": {"irrelevant": 2}})
