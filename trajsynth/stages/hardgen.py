@@ -76,6 +76,7 @@ from ..core.ids import stable_id
 from ..core.prompts import system_prompt
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
+from ..envs.domains import domain_policy
 from ..envs.episode import Episode, PolicyStep
 from ..envs.verifiers.call_match import match_call
 from ..envs.verifiers.episode import verify_episode
@@ -709,7 +710,7 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
         task = Trajectory(id=row_id, task_id=f"hg-{h.domain}-{row_id[:12]}", domain=h.domain,
                           ground_truth=gt.model_dump(mode="json"), tools=tools)  # fmt: skip
         opening = [
-            Message(role="system", content=system_prompt(_policy(h.domain))),
+            Message(role="system", content=system_prompt(domain_policy(h.domain))),
             Message(role="user", content=h.query),
         ]
         values = gold_values(gt.flat_calls())
@@ -851,13 +852,6 @@ def _builtin() -> set[str]:
     from ..envs.domains import BUILTIN_DOMAINS
 
     return set(BUILTIN_DOMAINS)
-
-
-def _policy(domain: str) -> str | None:
-    from ..envs.domains import BUILTIN_DOMAINS
-
-    d = BUILTIN_DOMAINS.get(domain)
-    return d.policy if d is not None else None
 
 
 def _advanced_tool(

@@ -65,6 +65,7 @@ from ..core.ids import seed_from, stable_id
 from ..core.prompts import system_prompt
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
+from ..envs.domains import domain_policy
 from ..graph import (
     FSP,
     GraphConfig,
@@ -565,7 +566,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
             count = lo if lo == hi else r.randint(lo, hi)
             keep = needed | set(r.sample(others, min(max(count, 0 if needed else 1), len(others))))
             tools = [t for t in tools if t["function"]["name"] in keep]
-        policy = _domain_policy(cand.domain)
+        policy = domain_policy(cand.domain)
         system = cfg.system_prompt or system_prompt(policy)
         return Trajectory(
             id=rid,
@@ -683,13 +684,6 @@ def _query_steps(plan: Any, executed: list[ExecutedCall]) -> tuple[list[list[Gol
         outputs += [json.dumps(c.output, ensure_ascii=False) for c in gold]
         steps.append(gold)
     return steps, must
-
-
-def _domain_policy(domain: str) -> str | None:
-    from ..envs.domains import BUILTIN_DOMAINS
-
-    d = BUILTIN_DOMAINS.get(domain)
-    return d.policy if d is not None else None
 
 
 def _words(param: str) -> str:
