@@ -13,25 +13,17 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from minutes_task import FACTORY, GOLD, OPENING, TOOLS, WRITE
+
 from trajsynth.core import GroundTruth, Message
 from trajsynth.core.errors import InfraError
-from trajsynth.core.prompts import system_prompt
-from trajsynth.core.task import GoldCall, GoldTurn
-from trajsynth.envs import EnvFactory
+from trajsynth.core.task import GoldTurn
 from trajsynth.envs.episode import Episode, PolicyStep
 from trajsynth.stages import Context, ContextSpec
 from trajsynth.stages.common.policies import PolicyError
 from trajsynth.stages.common.replay import advance_steps, calls_message, play_steps
 from trajsynth.stages.common.rollouts import play_policy
 
-FACTORY = EnvFactory()
-TOOLS = FACTORY.toolset("files").to_openai()
-GOAL = "Save the meeting minutes to /home/user/docs/minutes.txt."
-WRITE = {"path": "/home/user/docs/minutes.txt", "content": "Minutes"}
-GOLD = GroundTruth(
-    turns=[GoldTurn(request=GOAL, steps=[[GoldCall(name="write_file", arguments=WRITE)]])]
-)
-OPENING = [Message(role="system", content=system_prompt()), Message(role="user", content=GOAL)]
 CALL = calls_message([{"name": "write_file", "arguments": WRITE}], key="w")
 DONE = Message(role="assistant", content="Done.")
 
