@@ -1,5 +1,7 @@
 """Text from outside (lone surrogates, NUL, invalid UTF-8) passes every encode path: the
-cleaning helper itself, ids, the LLM cache, Arrow batches, the client and tool outputs.
+cleaning helper itself, ids, the LLM cache, Arrow batches, the client and tool outputs. The
+one word splitter gives the words the graph, the simulated environments, the simulator's
+phrasing and the methods compare names with.
 
 Run: PYTHONPATH=. python -m pytest tests/core/test_text.py -q
 """
@@ -15,8 +17,10 @@ import pyarrow as pa
 from trajsynth.core.batch import to_batch, to_records
 from trajsynth.core.ids import stable_hash
 from trajsynth.core.schema import Message, Trajectory
-from trajsynth.core.text import clean_json, clean_text, decode_text, is_clean
+from trajsynth.core.surface import param_words
+from trajsynth.core.text import clean_json, clean_text, decode_text, is_clean, split_words
 from trajsynth.envs.base import ToolResult
+from trajsynth.graph.signature import words
 from trajsynth.llm.base import Backend, BackendReply, ChatRequest, RawChoice, RoleConfig
 from trajsynth.llm.cache import ResponseCache
 from trajsynth.llm.client import LLMClient
@@ -142,3 +146,26 @@ def test_client_cleans_replies_before_caching_and_parsing(tmp_path: Path) -> Non
         assert _utf8(json.dumps(result.model_dump(mode="json"), ensure_ascii=False))
     for seg in (tmp_path / "llm").iterdir():
         seg.read_bytes().decode("utf-8")
+
+
+def test_split_words_splits_every_way_a_name_is_written() -> None:
+    assert split_words("getOrderDetails") == ["get", "order", "details"]
+    assert split_words("get_order-details.v2") == ["get", "order", "details", "v2"]
+    assert split_words("flights[].flightId: Flight id, e.g. 'SW101'") == [
+        "flights", "flight", "id", "flight", "id", "e", "g", "sw101"
+    ]  # fmt: skip
+    assert split_words("user2Name") == ["user2", "name"]
+    # a run of capitals is one word, so a plural acronym keeps its "s"
+    assert split_words("reportIDs") == ["report", "ids"]
+    assert split_words("HTTPServer") == ["httpserver"]
+    assert split_words("  __ ") == []
+
+
+def test_the_graph_and_the_phrasing_read_names_through_the_splitter() -> None:
+    # content words: numbers alone, stop words and a plural "s" dropped
+    assert words("flights[].flightId: Flight id, e.g. 'SW101'") == (
+        "flight", "flight", "id", "flight", "id", "sw101"
+    )  # fmt: skip
+    assert words("The 3 itemsByDate") == ("item", "date")
+    assert param_words("maxPrice") == param_words("max_price") == "max price"
+    assert param_words("filters.departure-date") == "filters departure date"

@@ -1,4 +1,5 @@
-"""Makes the helpers beside these tests (``stagerun``, ``live_tools``) importable."""
+"""Makes the helpers beside these tests (``stagerun``, ``live_tools``, ``minutes_task``)
+importable."""
 
 from __future__ import annotations
 

@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from minutes_task import FACTORY, GOAL, GOLD, OPENING, TOOLS, WRITE
 from typer.testing import CliRunner
 
 from trajsynth.cli import app
-from trajsynth.core import GroundTruth, Message, Trajectory, to_batch, to_records
-from trajsynth.core.prompts import system_prompt
+from trajsynth.core import Message, Trajectory, to_batch, to_records
 from trajsynth.core.task import GoldCall, GoldTurn
-from trajsynth.envs import EnvFactory
 from trajsynth.llm.base import ChatRequest, RawChoice
 from trajsynth.llm.scripted import use_scripted
 from trajsynth.quality.ndtw import action_key
@@ -30,14 +29,6 @@ from trajsynth.stages import Context, ContextSpec, Emit, build_stage
 from trajsynth.stages.common.replay import calls_message, play_steps
 from trajsynth.store import ShardWriter
 
-FACTORY = EnvFactory()
-TOOLS = FACTORY.toolset("files").to_openai()
-GOAL = "Save the meeting minutes to /home/user/docs/minutes.txt."
-WRITE = {"path": "/home/user/docs/minutes.txt", "content": "Minutes"}
-GOLD = GroundTruth(
-    turns=[GoldTurn(request=GOAL, steps=[[GoldCall(name="write_file", arguments=WRITE)]])]
-)
-OPENING = [Message(role="system", content=system_prompt()), Message(role="user", content=GOAL)]
 THOUGHT = "Listing the folder did not save anything; I should write the minutes file now."
 
 

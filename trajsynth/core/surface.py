@@ -42,6 +42,8 @@ import random
 import re
 from typing import Any
 
+from .text import split_words
+
 __all__ = ["FORMS", "find", "forms", "other_form", "param_words", "stated", "verbatim", "write"]
 
 #: every form a value may be written in (see the module docstring)
@@ -87,8 +89,7 @@ _CURRENCIES = {
 
 def param_words(param: str) -> str:
     """A parameter identifier as words: ``"maxPrice"``, ``"max_price"`` → ``"max price"``."""
-    text = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", param.replace(".", " "))
-    return re.sub(r"[_\-\s]+", " ", text).strip().lower()
+    return " ".join(split_words(param))
 
 
 def verbatim(value: Any) -> str:

@@ -22,6 +22,13 @@ True
 'ab'
 >>> decode_text(b"caf\\xc3\\xa9 \\xff")
 'café �'
+
+:func:`split_words` splits a name or a text into lower-case words (camelCase, snake_case,
+kebab-case, dotted paths): the one splitter the graph, the simulated environments and the
+methods compare tool and parameter names with.
+
+>>> split_words("getOrderDetails"), split_words("flights[].flight_id"), split_words("v2API")
+(['get', 'order', 'details'], ['flights', 'flight', 'id'], ['v2', 'api'])
 """
 
 from __future__ import annotations
@@ -29,11 +36,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["clean_json", "clean_text", "decode_text", "is_clean"]
+__all__ = ["clean_json", "clean_text", "decode_text", "is_clean", "split_words"]
 
 _NUL = "\x00"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]+")
 
 
 def is_clean(text: str) -> bool:
@@ -128,3 +137,11 @@ def _rebuild(value: Any) -> Any:
         else:
             parent[key] = v
     return root[0]
+
+
+def split_words(text: str) -> list[str]:
+    """The words of ``text``, lower-cased: runs of ASCII letters and digits, split where a
+    lower-case letter or digit meets an upper-case one (``getOrderDetails``,
+    ``get_order-details.v2``); a run of capitals is not split (``userIDs`` → user, ids;
+    ``HTTPServer`` → httpserver)."""
+    return [w.lower() for w in _NOT_ALNUM.split(_CAMEL.sub(r"\1 \2", text)) if w]

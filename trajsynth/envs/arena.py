@@ -59,6 +59,7 @@ from ..core.ids import canonical_json, stable_hash, stable_id
 from ..core.jsonvalues import json_leaves
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GroundTruth
+from ..core.text import split_words
 from .base import Environment, EnvSnapshot, ToolResult
 from .sandbox import Sandbox
 from .spec import Toolset
@@ -445,7 +446,7 @@ def _dependencies(gt: GroundTruth, calls: list[GoldCall]) -> list[list[int]]:
 
 
 def _words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z]+", text.lower().replace("_", " ")))
+    return set(split_words(text.lower()))
 
 
 def _distractors(tools: list[dict[str, Any]], used: set[str], k: int) -> list[dict[str, Any]]:

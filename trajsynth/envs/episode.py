@@ -503,10 +503,21 @@ class Episode:
         )
 
 
-async def play(ep: Episode, policy: Policy | Callable[..., Any]) -> EpisodeResult:
+async def play(
+    ep: Episode,
+    policy: Policy | Callable[..., Any],
+    *,
+    first: PolicyStep | Message | None = None,
+) -> EpisodeResult:
     """Start ``ep`` and ask ``policy`` for messages until it ends (steps 1-6); with a
-    renderer the policy is given the prompt ids of each step."""
+    renderer the policy is given the prompt ids of each step. ``first``: the first assistant
+    message, already in hand (e.g. sampled once for several rollouts of a task), advanced
+    before the policy is asked for more."""
     await ep.start()
+    if first is not None and not ep.done:
+        ep.next_prompt()
+        if not ep.done:
+            await ep.advance(first)
     while not ep.done:
         ids = ep.next_prompt()
         if ep.done:

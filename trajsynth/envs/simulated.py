@@ -63,6 +63,7 @@ from ..core.ids import canonical_json, seed_from, stable_hash
 from ..core.jsonvalues import pattern_search
 from ..core.schema import ToolCall
 from ..core.task import GroundTruth
+from ..core.text import split_words
 from .base import Environment, EnvSnapshot, ToolResult
 from .calls import read_arguments
 from .domain import apply_overrides
@@ -198,13 +199,6 @@ _ID_PARAM = re.compile(r"(^id$|^ids$|_id$|_ids$|[a-z0-9]Id$|[a-z0-9]Ids$|ID$|_uu
 POPULATION = 3
 
 
-def words(name: str) -> list[str]:
-    """``getOrderDetails`` / ``get_order_details`` / ``get-order.details`` → lower words."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
-    spaced = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", spaced)
-    return [w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w]
-
-
 def _singular(word: str) -> str:
     if len(word) > 4 and word.endswith("ies"):
         return word[:-3] + "y"
@@ -225,7 +219,7 @@ def is_id_param(name: str, schema: Mapping[str, Any] | None = None) -> bool:
 
 def id_kind(param: str) -> str | None:
     """The entity kind an id parameter names (``order_id`` → ``order``; ``id`` → None)."""
-    ws = words(param)
+    ws = split_words(param)
     while ws and ws[-1] in ("id", "ids", "uuid"):
         ws.pop()
     ws = [w for w in ws if w not in _GENERIC]
@@ -246,7 +240,7 @@ class ToolEffect:
 
 def tool_effect(spec: ToolSpec) -> ToolEffect:
     """Step 2 for one tool (see the module docstring)."""
-    ws = words(spec.name)
+    ws = split_words(spec.name)
     action, verb = "compute", ""
     for i, w in enumerate(ws[:2]):  # a leading verb, or one after a namespace word
         if w in VERBS:

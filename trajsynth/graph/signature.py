@@ -83,6 +83,7 @@ from pydantic import Field
 
 from ..core.config import StrictModel
 from ..core.jsonvalues import json_type
+from ..core.text import split_words
 from ..envs.spec import Toolset, ToolSpec
 
 __all__ = [
@@ -118,8 +119,6 @@ _GENERIC = frozenset({"id", "ids", "name", "value", "type", "kind", "data", "inf
 _ID_WORD = re.compile(r"(^|_)(id|ids|uuid|key|token|code)$|Id$|ID$")
 #: a reference to a record (not a credential or a code): ``…_id``, ``…_ids``, ``…Id``, ``uuid``
 _REF_WORD = re.compile(r"(^|_)(id|ids|uuid)$|I[dD]s?$")
-_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d+[A-Za-z]+\w*")
 UNTYPED = "any"
 #: ``auto`` similarity uses embeddings up to this many tools and lexical above (sentence
 #: embeddings of every field and parameter text take minutes on a few CPU cores)
@@ -207,11 +206,9 @@ def words(text: str) -> tuple[str, ...]:
     >>> words("flights[].flightId: Flight id, e.g. 'SW101'")
     ('flight', 'flight', 'id', 'flight', 'id', 'sw101')
     """
-    text = _CAMEL.sub(r"\1 \2", text)
     out = []
-    for w in _WORD.findall(text.replace("_", " ")):
-        w = w.lower()
-        if w in _STOP:
+    for w in split_words(text):
+        if w.isdigit() or w in _STOP:  # a number alone is no content word
             continue
         if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
             w = w[:-1]

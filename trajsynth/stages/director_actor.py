@@ -53,10 +53,10 @@ from ..core.errors import InfraError
 from ..core.prompts import system_prompt
 from ..core.schema import Message, Trajectory
 from ..core.task import GroundTruth
-from ..envs.episode import run_episode
+from ..envs.episode import Episode
 from ..envs.verifiers.episode import verify_episode
-from .common.policies import LLMPolicy, LLMUser, PolicyError, sim_task
-from .common.rollouts import RolloutLimits, RolloutStage, episode_row, make_env
+from .common.policies import LLMPolicy, LLMUser, sim_task
+from .common.rollouts import RolloutLimits, RolloutStage, episode_row, make_env, play_policy
 from .context import Context
 from .kinds import Emit, StageConfig
 from .registry import register
@@ -234,18 +234,16 @@ class DirectorActor(RolloutStage[DirectorActorConfig]):
         env = make_env(ctx, row, gt)
         if cfg.outline_to == "actor":
             system = f"{system}\n\n{plan_text(outline)}"
-        try:
-            result = await run_episode(
-                task, env, policy, tools=row.tools, system=system, user=user,
-                limits=cfg.limits.limits(),
-            )  # fmt: skip
-        except PolicyError as exc:
+        ep = Episode(task, env, tools=row.tools, system=system, user=user,
+                     limits=cfg.limits.limits())  # fmt: skip
+        played = await play_policy(ctx, ep, policy, unit="conversations")
+        if played is None:  # the endpoint's failure, not the actor's
+            return None
+        if played.failed is not None:
             ctx.metrics.inc("rejected.generation")
-            ctx.log.debug("director_actor %s actor %d: %s", row.id, k, exc)
+            ctx.log.debug("director_actor %s actor %d: %s", row.id, k, played.error)
             return None
-        except InfraError as exc:  # the endpoint's failure, not the actor's
-            ctx.lost_to_infra(exc, unit="conversations")
-            return None
+        result = played.result
         # 3) the row
         verdict = verify_episode(result, gt, row.tools, call_match=cfg.call_match) if gt else None
         ctx.metrics.inc("conversations")

@@ -76,6 +76,7 @@ from ..core.ids import stable_id
 from ..core.prompts import system_prompt
 from ..core.schema import Message, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
+from ..envs.domains import domain_policy
 from ..envs.episode import Episode, PolicyStep
 from ..envs.verifiers.call_match import match_call
 from ..envs.verifiers.episode import verify_episode
@@ -84,7 +85,7 @@ from ..graph.ops import Binding, PathCall, problems
 from .common.grounding import FeedFeedback, PlanFailed, PlannedCall, ValuePool, execute_plan
 from .common.policies import LLMPolicy, PolicyError, sim_task
 from .common.queries import first_usable_query
-from .common.rollouts import RolloutLimits, make_env, passed_columns, task_of
+from .common.rollouts import RolloutLimits, make_env, passed_columns, play_policy, task_of
 from .context import Context
 from .kinds import RowsGlobalStage, StageConfig
 from .registry import register
@@ -553,16 +554,12 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
                              limits=cfg.limits.limits())  # fmt: skip
                 policy = LLMPolicy(ctx, role, task=gt, seed=ctx.row_seed(row.id, role, k),
                                    temperature=cfg.temperature)  # fmt: skip
-                await ep.start()
-                try:
-                    while not ep.done:
-                        await ep.advance(await policy(ep.messages, row.tools))
-                except PolicyError:
-                    return role, row, [True] * len(gt.flat_calls())
-                except InfraError as exc:  # the endpoint's failure: no evidence either way
-                    ctx.lost_to_infra(exc, unit="probes")
+                played = await play_policy(ctx, ep, policy, unit="probes")
+                if played is None:  # the endpoint's failure: no evidence either way
                     return role, row, None
-                return role, row, call_failures(ep.result(), gt, row.tools)
+                if played.failed is not None:  # the policy failed: every call counts as failed
+                    return role, row, [True] * len(gt.flat_calls())
+                return role, row, call_failures(played.result, gt, row.tools)
 
         jobs = [
             one(role, row, k)
@@ -713,7 +710,7 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
         task = Trajectory(id=row_id, task_id=f"hg-{h.domain}-{row_id[:12]}", domain=h.domain,
                           ground_truth=gt.model_dump(mode="json"), tools=tools)  # fmt: skip
         opening = [
-            Message(role="system", content=system_prompt(_policy(h.domain))),
+            Message(role="system", content=system_prompt(domain_policy(h.domain))),
             Message(role="user", content=h.query),
         ]
         values = gold_values(gt.flat_calls())
@@ -724,18 +721,14 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
                          limits=cfg.limits.limits())  # fmt: skip
             reasoner = _Reasoner(ctx, cfg.reasoner_role, gt, ctx.row_seed(row_id, attempt),
                                  list(hints), attempt, cfg.temperature)  # fmt: skip
-            await ep.start()
-            try:
-                while not ep.done:
-                    await ep.advance(await reasoner(ep.messages, tools))
-            except PolicyError as exc:
+            played = await play_policy(ctx, ep, reasoner, unit="tasks")
+            if played is None:  # the endpoint's failure, not the reasoner's
+                return None
+            if played.failed is not None:
                 ctx.metrics.inc("rejected.generation")
-                ctx.log.debug("hardgen %s: %s", row_id, exc)
+                ctx.log.debug("hardgen %s: %s", row_id, played.error)
                 return None
-            except InfraError as exc:  # the endpoint's failure, not the reasoner's
-                ctx.lost_to_infra(exc, unit="tasks")
-                return None
-            result = ep.result()
+            result = played.result
             verdict = verify_episode(result, gt, tools)
             if verdict.ok:
                 ctx.metrics.inc("kept")
@@ -859,13 +852,6 @@ def _builtin() -> set[str]:
     from ..envs.domains import BUILTIN_DOMAINS
 
     return set(BUILTIN_DOMAINS)
-
-
-def _policy(domain: str) -> str | None:
-    from ..envs.domains import BUILTIN_DOMAINS
-
-    d = BUILTIN_DOMAINS.get(domain)
-    return d.policy if d is not None else None
 
 
 def _advanced_tool(

@@ -51,7 +51,6 @@ import asyncio
 import contextlib
 import json
 import random
-import re
 from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -64,7 +63,10 @@ from ..core.batch import to_batch
 from ..core.ids import seed_from, stable_id
 from ..core.prompts import system_prompt
 from ..core.schema import Message, Trajectory
+from ..core.surface import param_words
 from ..core.task import GoldCall, GoldTurn, GroundTruth
+from ..core.text import split_words
+from ..envs.domains import domain_policy
 from ..graph import (
     FSP,
     GraphConfig,
@@ -522,8 +524,8 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                         request=query or "",
                         kind="clarify",
                         steps=gold_steps,
-                        answer=f"Could you tell me the {_words(param)}?",
-                        clarification=f"The {_words(param)} is {_render(value)}.",
+                        answer=f"Could you tell me the {param_words(param)}?",
+                        clarification=f"The {param_words(param)} is {_render(value)}.",
                     )
                 )
                 caps.add("needs_clarification")
@@ -565,7 +567,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
             count = lo if lo == hi else r.randint(lo, hi)
             keep = needed | set(r.sample(others, min(max(count, 0 if needed else 1), len(others))))
             tools = [t for t in tools if t["function"]["name"] in keep]
-        policy = _domain_policy(cand.domain)
+        policy = domain_policy(cand.domain)
         system = cfg.system_prompt or system_prompt(policy)
         return Trajectory(
             id=rid,
@@ -596,16 +598,13 @@ def _irrelevant(graph: SignatureGraph, rng: random.Random) -> FSP:
     return FSP(turns=(turn,), log=("irrelevant",))
 
 
-_TOKEN = re.compile(r"[a-z0-9]+")
-
-
 def _alike(graph: SignatureGraph, name: str, withheld: list[str]) -> bool:
     """Could ``name`` do what a withheld function does (so offering it would make the
     request answerable)? Jaccard similarity of their name and description words ≥ 0.5."""
 
     def words(n: str) -> set[str]:
         spec = graph.spec(n)
-        return set(_TOKEN.findall(f"{n.replace('_', ' ')} {spec.description}".lower()))
+        return set(split_words(f"{n} {spec.description}".lower()))
 
     mine = words(name)
     for other in withheld:
@@ -683,17 +682,6 @@ def _query_steps(plan: Any, executed: list[ExecutedCall]) -> tuple[list[list[Gol
         outputs += [json.dumps(c.output, ensure_ascii=False) for c in gold]
         steps.append(gold)
     return steps, must
-
-
-def _domain_policy(domain: str) -> str | None:
-    from ..envs.domains import BUILTIN_DOMAINS
-
-    d = BUILTIN_DOMAINS.get(domain)
-    return d.policy if d is not None else None
-
-
-def _words(param: str) -> str:
-    return re.sub(r"([a-z])([A-Z])", r"\1 \2", param).replace("_", " ").lower()
 
 
 def _render(value: Any) -> str:

@@ -60,6 +60,7 @@ from .common.rollouts import (
     episode_row,
     judge_episode,
     make_env,
+    play_policy,
 )
 from .context import Context
 from .kinds import Emit, StageConfig
@@ -181,40 +182,31 @@ class RejectionSampling(RolloutStage[RejectionSamplingConfig]):
         first: PolicyStep | None,
         first_error: str | None,
     ) -> tuple[Any, EpisodeVerdict, Any] | None:
+        cfg = self.config
         async with self._episode_slots(ctx):
+            ep = Episode(gt, make_env(ctx, row, gt), tools=row.tools, prefix=opening,
+                         limits=cfg.limits.limits())  # fmt: skip
+            policy = LLMPolicy(
+                ctx, cfg.role, task=gt, seed=ctx.row_seed(row.id, r), temperature=cfg.temperature
+            )
+            played = await play_policy(
+                ctx, ep, policy, unit="rollouts", first=first, first_error=first_error
+            )
+            if played is None:  # lost to the endpoint: no outcome
+                return None
+            if played.failed is not None:
+                return played.result, played.failed, None
             try:
-                return await self._play(ctx, row, gt, opening, r, first, first_error)
-            except InfraError as exc:  # the endpoint's failure, not the model's: no outcome
+                return await self._verdict(ctx, row, gt, r, played.result)
+            except InfraError as exc:  # the judge's endpoint failed: no outcome either
                 ctx.lost_to_infra(exc, unit="rollouts")
                 return None
 
-    async def _play(
-        self,
-        ctx: Context,
-        row: Trajectory,
-        gt: Any,
-        opening: list[Any],
-        r: int,
-        first: PolicyStep | None,
-        first_error: str | None,
+    async def _verdict(
+        self, ctx: Context, row: Trajectory, gt: Any, r: int, result: Any
     ) -> tuple[Any, EpisodeVerdict, Any]:
+        """The layers (and the judge) on a rollout the policy played to its end."""
         cfg = self.config
-        env = make_env(ctx, row, gt)
-        ep = Episode(gt, env, tools=row.tools, prefix=opening, limits=cfg.limits.limits())
-        policy = LLMPolicy(
-            ctx, cfg.role, task=gt, seed=ctx.row_seed(row.id, r), temperature=cfg.temperature
-        )
-        await ep.start()
-        try:
-            if first_error is not None:
-                raise PolicyError(first_error)
-            if first is not None and not ep.done:
-                await ep.advance(first)
-            while not ep.done:
-                await ep.advance(await policy(ep.messages, row.tools))
-        except PolicyError as exc:
-            return ep.result(), EpisodeVerdict(False, "generation", str(exc)), None
-        result = ep.result()
         # 2) the layers
         verdict = verify_episode(result, gt, row.tools, call_match=cfg.call_match)
         judge = None

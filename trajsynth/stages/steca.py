@@ -87,7 +87,13 @@ from ..envs.verifiers.episode import verify_episode
 from ..envs.verifiers.final_state import replay
 from ..quality.ndtw import action_key, ndtw_deviation, steca_weight
 from .common.policies import LLMPolicy, PolicyError
-from .common.replay import gold_messages, message_key, play_steps, step_slices
+from .common.replay import (
+    advance_steps,
+    gold_messages,
+    message_key,
+    play_steps,
+    step_slices,
+)
 from .common.rollouts import RolloutLimits, make_env, task_of
 from .context import Context
 from .kinds import GlobalStage, Output, StageConfig
@@ -553,11 +559,7 @@ class Steca(GlobalStage[StecaConfig]):
                 prefix=task.expert.opening,
                 limits=cfg.limits.limits(),
             )
-            await ep.start()
-            for m in prefix:
-                if ep.done:
-                    break
-                await ep.advance(m)
+            await advance_steps(ep, prefix)
             res = ep.result()
             if _broken(res, task.gt):
                 task.roots[key] = _Root(None, ep.turn, False)
@@ -574,20 +576,12 @@ class Steca(GlobalStage[StecaConfig]):
             return bool(row.success)
         key = (row.id, turn)
         if key not in task.sibling_turn:
-            ep = Episode(
-                task.gt,
-                make_env(ctx, task.row, task.gt),
-                tools=task.row.tools,
-                prefix=task.expert.opening,
-                limits=cfg.limits.limits(),
+            result, _ = await play_steps(
+                task.gt, make_env(ctx, task.row, task.gt), task.expert.opening,
+                _steps(row.messages), tools=task.row.tools, limits=cfg.limits.limits(),
                 stop_after_turn=turn,
-            )
-            await ep.start()
-            for m in _steps(row.messages):
-                if ep.done:
-                    break
-                await ep.advance(m)
-            task.sibling_turn[key] = self._outcome(ctx, ep.result(), task, turn)
+            )  # fmt: skip
+            task.sibling_turn[key] = self._outcome(ctx, result, task, turn)
         return task.sibling_turn[key]
 
     async def _value(

@@ -22,7 +22,7 @@ from ..domain import Domain
 from ..tasks import ExampleTask, materialize
 from . import commerce, files, math, messaging, travel
 
-__all__ = ["BUILTIN_DOMAINS", "example_tasks", "get_domain"]
+__all__ = ["BUILTIN_DOMAINS", "domain_policy", "example_tasks", "get_domain"]
 
 BUILTIN_DOMAINS: dict[str, Domain] = {
     m.DOMAIN.name: m.DOMAIN for m in (travel, files, messaging, commerce, math)
@@ -37,6 +37,13 @@ def get_domain(name: str) -> Domain:
         raise ConfigError(
             f"unknown domain {name!r}", hint=f"built-in domains: {', '.join(BUILTIN_DOMAINS)}"
         ) from None
+
+
+def domain_policy(name: str) -> str | None:
+    """The policy text of a built-in domain (what its system prompt states); None for any
+    other domain."""
+    d = BUILTIN_DOMAINS.get(name)
+    return d.policy if d is not None else None
 
 
 @functools.cache

@@ -6,7 +6,8 @@ A repaired trajectory is never assembled by hand: its assistant steps are advanc
 the tool returns *now* and the user's messages are the gold user's. What it offers:
 
 - :func:`play_steps`: an episode from ``opening`` that advances the given assistant messages in
-  order (as long as the episode runs) and returns the result and how many were played;
+  order (as long as the episode runs) and returns the result and how many were played
+  (:func:`advance_steps` does the same on an episode the caller made and keeps);
 - :func:`gold_messages`: the assistant steps of a task's gold — per turn a clarifying question
   where the turn needs one, the gold call steps, then a text answer;
 - :func:`calls_message`: an assistant message making the given calls (stable call ids);
@@ -35,6 +36,7 @@ from ...envs.episode import Episode, EpisodeLimits, EpisodeResult, is_question
 from ...quality.trace import parse_trace
 
 __all__ = [
+    "advance_steps",
     "calls_message",
     "gold_messages",
     "message_key",
@@ -115,10 +117,22 @@ async def play_steps(
     *,
     tools: list[dict[str, Any]],
     limits: EpisodeLimits | None = None,
+    stop_after_turn: int | None = None,
 ) -> tuple[EpisodeResult, int]:
     """Advance ``steps`` in a fresh episode of ``task`` from ``opening`` (module docstring);
     returns the episode's result and the number of steps played before it ended."""
-    ep = Episode(task, env, tools=tools, prefix=list(opening), limits=limits)
+    ep = Episode(
+        task, env, tools=tools, prefix=list(opening), limits=limits,
+        stop_after_turn=stop_after_turn,
+    )  # fmt: skip
+    played = await advance_steps(ep, steps)
+    return ep.result(), played
+
+
+async def advance_steps(ep: Episode, steps: Sequence[Message]) -> int:
+    """Start ``ep`` and advance ``steps`` in order as long as it runs (:func:`play_steps`
+    on an episode the caller keeps, e.g. to snapshot where the steps leave it); returns the
+    number of steps played."""
     await ep.start()
     played = 0
     for msg in steps:
@@ -126,7 +140,7 @@ async def play_steps(
             break
         await ep.advance(msg)
         played += 1
-    return ep.result(), played
+    return played
 
 
 def same_observation(recorded: str, replayed: str) -> bool:

@@ -11,28 +11,37 @@ made from a played episode.
   their results → ``{"thought", "passes": "yes"|"no"}``;
 - :func:`episode_row`: a :class:`~trajsynth.core.Trajectory` from an episode and its verdict
   (messages, outcome columns, provenance; ``extra`` carries how the episode ended and its
-  tool errors).
+  tool errors);
+- :func:`play_policy`: a policy played through an episode until it ends, with the failure
+  accounting every rollout shares: the policy's failure (:class:`~.policies.PolicyError`) is
+  a rejection at the ``generation`` layer, the endpoint's (:class:`InfraError`) a unit lost
+  (``ctx.lost_to_infra``), never an outcome.
 """
 
 from __future__ import annotations
 
 import json
 from abc import abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ...core.errors import InfraError
 from ...core.ids import stable_id
 from ...core.prompts import system_prompt
 from ...core.schema import Judge, Message, Trajectory
 from ...core.task import GroundTruth
 from ...envs.base import Environment
-from ...envs.episode import EpisodeLimits, EpisodeResult
+from ...envs.episode import Episode, EpisodeLimits, EpisodeResult, Policy, PolicyStep, play
 from ...envs.verifiers.episode import EpisodeVerdict
 from ..context import Context
 from ..kinds import Emit, RowStage, StageConfig
+from .policies import PolicyError
 
 __all__ = [
     "JUDGE_PROMPT",
     "ROLLOUT_WRITES",
+    "Played",
     "RolloutLimits",
     "RolloutStage",
     "env_version",
@@ -41,6 +50,7 @@ __all__ = [
     "judge_episode",
     "make_env",
     "passed_columns",
+    "play_policy",
     "task_of",
 ]
 
@@ -198,6 +208,51 @@ def episode_row(
         steps = sum(1 for m in data["messages"] if _role(m) == "assistant")
         data["step_diffs"] = diffs if len(diffs) == steps else []
     return Trajectory.model_validate(data)
+
+
+@dataclass(frozen=True)
+class Played:
+    """An episode a policy played: to its end, or as far as it got before the policy
+    failed."""
+
+    result: EpisodeResult
+    error: str | None = None  # the policy's failure (PolicyError): the episode is cut there
+
+    @property
+    def failed(self) -> EpisodeVerdict | None:
+        """The rejection at the ``generation`` layer when the policy failed, else None."""
+        return None if self.error is None else EpisodeVerdict(False, "generation", self.error)
+
+
+async def play_policy(
+    ctx: Context,
+    ep: Episode,
+    policy: Policy | Callable[..., Any],
+    *,
+    unit: str,
+    first: PolicyStep | None = None,
+    first_error: str | None = None,
+) -> Played | None:
+    """Play ``policy`` through ``ep`` until the episode ends
+    (:func:`~trajsynth.envs.episode.play`). A :class:`PolicyError` (the policy's or the
+    user's request failed for good) ends it as a rejection at the ``generation`` layer
+    (:attr:`Played.failed`, with the episode as far as it got); an :class:`InfraError` (the
+    endpoint failed) is no outcome: one ``unit`` lost is counted (``ctx.lost_to_infra``) and
+    None returned. ``first``: the first assistant message, already sampled (rejection
+    sampling's shared first step); ``first_error``: that sample's failure, which fails the
+    episode once it has started."""
+    try:
+        try:
+            if first_error is not None:
+                await ep.start()
+                raise PolicyError(first_error)
+            result = await play(ep, policy, first=first)
+        except PolicyError as exc:
+            return Played(ep.result(), str(exc))
+    except InfraError as exc:  # the endpoint's failure, not the model's: no outcome
+        ctx.lost_to_infra(exc, unit=unit)
+        return None
+    return Played(result)
 
 
 def env_version(ctx: Context, domain: str) -> str:
