@@ -402,7 +402,8 @@ def resolve_data_path(path: Path) -> tuple[Path, dict[str, Any] | None, str | No
     ``(shards, manifest dict or None, stage id or None)``.
     """
     from ..core.location import as_path
-    from ..store.manifest import MANIFEST_NAME, RunManifest
+    from ..store.layout import RunFolder
+    from ..store.manifest import RunManifest
 
     def load(p: Path) -> dict[str, Any]:
         return RunManifest.load(p).model_dump(mode="json")
@@ -411,18 +412,23 @@ def resolve_data_path(path: Path) -> tuple[Path, dict[str, Any] | None, str | No
 
     if path.is_dir():
         has_shards = any(path.glob("*.parquet"))
-        if has_shards and (path / MANIFEST_NAME).is_file():
-            manifest = load(path / MANIFEST_NAME)
+        one_stage, run, above = (
+            RunFolder(path, single=True),
+            RunFolder(path),
+            RunFolder(path.parent),
+        )
+        if has_shards and one_stage.manifest.is_file():
+            manifest = load(one_stage.manifest)
             stages = list(manifest["stages"])
             return path, manifest, stages[-1] if stages else None
-        if has_shards and (path.parent / MANIFEST_NAME).is_file():
-            manifest = load(path.parent / MANIFEST_NAME)
+        if has_shards and above.manifest.is_file():
+            manifest = load(above.manifest)
             return path, manifest, path.name if path.name in manifest["stages"] else None
-        if not has_shards and (path / MANIFEST_NAME).is_file():
-            manifest = load(path / MANIFEST_NAME)
+        if not has_shards and run.manifest.is_file():
+            manifest = load(run.manifest)
             for sid in reversed(list(manifest["stages"])):
                 st = manifest["stages"][sid]
-                folder = path / sid
+                folder = run.stage(sid)
                 if st.get("status") == "done" and folder.is_dir() and any(folder.glob("*.parquet")):
                     return folder, manifest, sid
             raise InputNotFoundError(f"{path}: the run has no finished stage with rows")
@@ -430,11 +436,12 @@ def resolve_data_path(path: Path) -> tuple[Path, dict[str, Any] | None, str | No
 
 
 def _stage_folder(run_dir: Path, sid: str) -> Path | None:
-    folder = run_dir / sid
-    if folder.is_dir() and any(folder.glob("*.parquet")):
-        return folder
-    if any(run_dir.glob("*.parquet")):  # one-stage layout: the shards are the run folder
-        return run_dir
+    from ..store.layout import RunFolder
+
+    for layout in (RunFolder(run_dir), RunFolder(run_dir, single=True)):
+        folder = layout.stage(sid)
+        if folder.is_dir() and any(folder.glob("*.parquet")):
+            return folder
     return None
 
 
@@ -446,15 +453,17 @@ def collect_report(run_dir: Path) -> Any:
     from ..quality.report import ReportData
     from ..quality.stats import STATS_COLUMNS, cluster_stats, dataset_stats, manifest_summary
     from ..store.integrity import verify_shards
-    from ..store.manifest import MANIFEST_NAME, RunManifest
+    from ..store.layout import RunFolder
+    from ..store.manifest import RunManifest
     from ..store.shards import read_table
 
-    if not (run_dir / MANIFEST_NAME).is_file():
+    where = RunFolder(run_dir).manifest
+    if not where.is_file():
         raise InputNotFoundError(
-            f"{run_dir}: no {MANIFEST_NAME} here",
+            f"{run_dir}: no {where.name} here",
             hint="give a run folder (trajsynth run --out) or a stage output folder",
         )
-    manifest = RunManifest.load(run_dir / MANIFEST_NAME).model_dump(mode="json")
+    manifest = RunManifest.load(where).model_dump(mode="json")
     data = ReportData(title=f"trajsynth quality report: {manifest.get('pipeline', run_dir.name)}")
     data.summary = manifest_summary(manifest)
     data.final_output = manifest.get("final_output") or {}
