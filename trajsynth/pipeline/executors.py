@@ -44,7 +44,7 @@ from ..store.shards import (
     ShardWriter,
     iter_shard,
 )
-from .outputs import output_dir, output_names, write_outputs
+from .outputs import output_names, write_outputs
 
 __all__ = [
     "Executor",
@@ -53,7 +53,6 @@ __all__ = [
     "RayExecutor",
     "UnitResult",
     "UnitTask",
-    "output_dir",
     "run_map_unit",
 ]
 

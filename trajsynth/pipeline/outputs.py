@@ -23,7 +23,7 @@ from ..stages import Emit
 from ..store.layout import output_dir
 from ..store.shards import ShardWriter
 
-__all__ = ["output_dir", "output_names", "write_outputs"]
+__all__ = ["output_names", "write_outputs"]
 
 
 def output_names(outputs: tuple[str, ...]) -> tuple[str, ...]:

@@ -227,7 +227,7 @@ class Runner:
 
             release_stages()
         if self.layout == "pipeline":
-            manifest.final_output = check_final_output(self.pipeline, manifest, self.folder.stage)
+            manifest.final_output = check_final_output(self.pipeline, manifest, self.folder)
             manifest.save(self.manifest_path)
             lines = warning_lines(manifest.final_output)
             for line in [*lines, verdict_line(manifest.final_output)] if lines else []:
