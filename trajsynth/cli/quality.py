@@ -16,8 +16,12 @@ import typer
 from rich.table import Table
 
 from ..core.errors import InputNotFoundError
+from ..stages.balance import BalanceConfig
+from ..stages.dedup import DedupConfig
+from ..stages.filter import FilterConfig
 from . import app
 from ._common import Quiet, console
+from ._shortcuts import Shortcut, config_options
 
 __all__ = ["collect_report", "print_quality_stats", "resolve_data_path"]
 
@@ -35,79 +39,24 @@ def _metrics(result: Any, name: str) -> dict[str, Any]:
 
 
 @app.command("filter", rich_help_panel="Quality")
+@config_options(
+    FilterConfig,
+    Shortcut("min_quality", THRESHOLDS),
+    Shortcut("min_coherence", THRESHOLDS),
+    Shortcut("min_turns", THRESHOLDS),
+    Shortcut("max_calls", THRESHOLDS),
+    Shortcut("invalid_calls", RULES),
+    Shortcut("incoherent", RULES),
+    Shortcut("too_easy", RULES),
+    Shortcut("inefficient", RULES),
+    Shortcut("low_quality", RULES),
+    Shortcut("unsuccessful", RULES, flags="--require-success/--keep-unsuccessful"),
+    Shortcut("keep_rejected"),
+)
 def filter_cmd(
     path: InPath,
     out: OutPath = ...,  # type: ignore[assignment]
-    min_quality: Annotated[
-        float,
-        typer.Option(
-            help="Drop rows whose quality_score is below this.", rich_help_panel=THRESHOLDS
-        ),
-    ] = 0.7,
-    min_coherence: Annotated[
-        float, typer.Option(help="Coherence threshold.", rich_help_panel=THRESHOLDS)
-    ] = 0.5,
-    min_turns: Annotated[
-        int,
-        typer.Option(help="Successes need at least this many turns.", rich_help_panel=THRESHOLDS),
-    ] = 2,
-    max_calls: Annotated[
-        int,
-        typer.Option(
-            help="Successes may make at most this many calls.", rich_help_panel=THRESHOLDS
-        ),
-    ] = 8,
-    invalid_calls: Annotated[
-        bool,
-        typer.Option(
-            "--invalid-calls/--no-invalid-calls",
-            help="Drop rows with invalid calls.",
-            rich_help_panel=RULES,
-        ),
-    ] = True,
-    incoherent: Annotated[
-        bool,
-        typer.Option(
-            "--incoherent/--no-incoherent",
-            help="Drop incoherent rows (below --min-coherence).",
-            rich_help_panel=RULES,
-        ),
-    ] = True,
-    too_easy: Annotated[
-        bool,
-        typer.Option(
-            "--too-easy/--no-too-easy",
-            help="Drop successes in fewer than --min-turns turns.",
-            rich_help_panel=RULES,
-        ),
-    ] = True,
-    inefficient: Annotated[
-        bool,
-        typer.Option(
-            "--inefficient/--no-inefficient",
-            help="Drop successes with more than --max-calls calls.",
-            rich_help_panel=RULES,
-        ),
-    ] = True,
-    low_quality: Annotated[
-        bool,
-        typer.Option(
-            "--low-quality/--no-low-quality",
-            help="Drop rows below --min-quality.",
-            rich_help_panel=RULES,
-        ),
-    ] = True,
-    require_success: Annotated[
-        bool,
-        typer.Option(
-            "--require-success/--keep-unsuccessful",
-            help="Drop rows whose success is not true (failed or never verified).",
-            rich_help_panel=RULES,
-        ),
-    ] = True,
-    keep_rejected: Annotated[
-        bool, typer.Option("--keep-rejected", help="Also write rejected rows to OUT/rejected.")
-    ] = False,
+    settings: dict[str, Any] = {},  # noqa: B006 - replaced by one option per field
     force: Force = False,
     quiet: Quiet = False,
 ) -> None:
@@ -118,21 +67,8 @@ def filter_cmd(
     """
     from .run import run_single_stage
 
-    sets = [
-        f"min_quality={min_quality}",
-        f"min_coherence={min_coherence}",
-        f"min_turns={min_turns}",
-        f"max_calls={max_calls}",
-        f"invalid_calls={str(invalid_calls).lower()}",
-        f"incoherent={str(incoherent).lower()}",
-        f"too_easy={str(too_easy).lower()}",
-        f"inefficient={str(inefficient).lower()}",
-        f"low_quality={str(low_quality).lower()}",
-        f"unsuccessful={str(require_success).lower()}",
-        f"keep_rejected={str(keep_rejected).lower()}",
-    ]
     result = run_single_stage(
-        "filter", [path], out, sets, force=force, quiet=quiet, show_counts=False
+        "filter", [path], out, [], settings, force=force, quiet=quiet, show_counts=False
     )
     if quiet:
         return
@@ -140,20 +76,13 @@ def filter_cmd(
     rows_in = int(counters.get("rows_in", 0))
     thresholds = {
         "invalid_calls": "format error",
-        "incoherent": f"coherence < {min_coherence}",
-        "too_easy": f"success, turns < {min_turns}",
-        "inefficient": f"success, calls > {max_calls}",
-        "low_quality": f"quality < {min_quality}",
+        "incoherent": f"coherence < {settings['min_coherence']}",
+        "too_easy": f"success, turns < {settings['min_turns']}",
+        "inefficient": f"success, calls > {settings['max_calls']}",
+        "low_quality": f"quality < {settings['min_quality']}",
         "unsuccessful": "success is not true",
     }
-    enabled = {
-        "invalid_calls": invalid_calls,
-        "incoherent": incoherent,
-        "too_easy": too_easy,
-        "inefficient": inefficient,
-        "low_quality": low_quality,
-        "unsuccessful": require_success,
-    }
+    enabled = {rule: settings[rule] for rule in thresholds}
     table = Table(title=f"filter: {rows_in:,} rows in", title_justify="left")
     for col in ("rule", "drops when", "dropped", "share", "failing (any)"):
         table.add_column(
@@ -185,41 +114,17 @@ def filter_cmd(
 
 
 @app.command("dedup", rich_help_panel="Quality")
+@config_options(
+    DedupConfig,
+    *(
+        Shortcut(name, DUPLICATES)
+        for name in ("threshold", "semantic", "semantic_threshold", "exact", "near", "num_perm")
+    ),
+)
 def dedup_cmd(
     path: InPath,
     out: OutPath = ...,  # type: ignore[assignment]
-    threshold: Annotated[
-        float,
-        typer.Option(
-            help="Jaccard similarity of near duplicates (goal + skeleton).",
-            rich_help_panel=DUPLICATES,
-        ),
-    ] = 0.85,
-    semantic: Annotated[
-        bool,
-        typer.Option(
-            "--semantic",
-            help="Also drop semantic duplicates (embeddings).",
-            rich_help_panel=DUPLICATES,
-        ),
-    ] = False,
-    semantic_threshold: Annotated[
-        float,
-        typer.Option(help="Cosine similarity of semantic duplicates.", rich_help_panel=DUPLICATES),
-    ] = 0.95,
-    exact: Annotated[
-        bool,
-        typer.Option(
-            "--exact/--no-exact", help="Drop exact duplicates.", rich_help_panel=DUPLICATES
-        ),
-    ] = True,
-    near: Annotated[
-        bool,
-        typer.Option("--near/--no-near", help="Drop near duplicates.", rich_help_panel=DUPLICATES),
-    ] = True,
-    num_perm: Annotated[
-        int, typer.Option(help="MinHash permutations.", rich_help_panel=DUPLICATES)
-    ] = 128,
+    settings: dict[str, Any] = {},  # noqa: B006 - replaced by one option per field
     force: Force = False,
     quiet: Quiet = False,
 ) -> None:
@@ -231,16 +136,8 @@ def dedup_cmd(
     """
     from .run import run_single_stage
 
-    sets = [
-        f"threshold={threshold}",
-        f"semantic={str(semantic).lower()}",
-        f"semantic_threshold={semantic_threshold}",
-        f"exact={str(exact).lower()}",
-        f"near={str(near).lower()}",
-        f"num_perm={num_perm}",
-    ]
     result = run_single_stage(
-        "dedup", [path], out, sets, force=force, quiet=quiet, show_counts=False
+        "dedup", [path], out, [], settings, force=force, quiet=quiet, show_counts=False
     )
     if quiet:
         return
@@ -251,8 +148,8 @@ def dedup_cmd(
     for key, label in (
         ("rows", "in"),
         ("exact_duplicates", "exact duplicates"),
-        ("near_duplicates", f"near duplicates (Jaccard ≥ {threshold})"),
-        ("semantic_duplicates", f"semantic duplicates (cosine ≥ {semantic_threshold})"),
+        ("near_duplicates", f"near duplicates (Jaccard ≥ {settings['threshold']})"),
+        ("semantic_duplicates", f"semantic duplicates (cosine ≥ {settings['semantic_threshold']})"),
         ("kept", "kept"),
     ):
         table.add_row(label, f"{int(c.get(key, 0)):,}")
@@ -260,21 +157,16 @@ def dedup_cmd(
 
 
 @app.command("balance", rich_help_panel="Quality")
+@config_options(
+    BalanceConfig,
+    Shortcut("mix", metavar="EASY,MEDIUM,HARD", as_text=True),
+    Shortcut("size"),
+    Shortcut("keep_all"),
+)
 def balance_cmd(
     path: InPath,
     out: OutPath = ...,  # type: ignore[assignment]
-    mix: Annotated[
-        str, typer.Option(metavar="EASY,MEDIUM,HARD", help="Shares of the difficulty buckets.")
-    ] = "0.3,0.5,0.2",
-    size: Annotated[int | None, typer.Option(help="Rows wanted (default: all).")] = None,
-    keep_all: Annotated[
-        bool,
-        typer.Option(
-            "--keep-all",
-            help="When a bucket is short, keep all of it (mix off) instead of "
-            "downsampling the others to keep the mix.",
-        ),
-    ] = False,
+    settings: dict[str, Any] = {},  # noqa: B006 - replaced by one option per field
     force: Force = False,
     quiet: Quiet = False,
 ) -> None:
@@ -288,14 +180,11 @@ def balance_cmd(
     from .run import run_single_stage
 
     try:
-        shares = parse_mix(mix)
+        settings["mix"] = list(parse_mix(settings["mix"]))
     except ValueError as exc:
         raise ConfigError(f"--mix: {exc}") from None
-    sets = [f"mix=[{','.join(repr(s) for s in shares)}]", f"keep_all={str(keep_all).lower()}"]
-    if size is not None:
-        sets.append(f"size={size}")
     result = run_single_stage(
-        "balance", [path], out, sets, force=force, quiet=quiet, show_counts=False
+        "balance", [path], out, [], settings, force=force, quiet=quiet, show_counts=False
     )
     if quiet:
         return
@@ -320,7 +209,7 @@ def balance_cmd(
     if plan["shortfalls"]:
         how = (
             "kept every row of the short buckets (mix is off)"
-            if keep_all
+            if settings["keep_all"]
             else "downsampled every bucket to keep the mix (--keep-all keeps more rows)"
         )
         console.print(f"[yellow]short buckets: {how}[/]")
@@ -402,7 +291,8 @@ def resolve_data_path(path: Path) -> tuple[Path, dict[str, Any] | None, str | No
     ``(shards, manifest dict or None, stage id or None)``.
     """
     from ..core.location import as_path
-    from ..store.manifest import MANIFEST_NAME, RunManifest
+    from ..store.layout import RunFolder
+    from ..store.manifest import RunManifest
 
     def load(p: Path) -> dict[str, Any]:
         return RunManifest.load(p).model_dump(mode="json")
@@ -411,18 +301,23 @@ def resolve_data_path(path: Path) -> tuple[Path, dict[str, Any] | None, str | No
 
     if path.is_dir():
         has_shards = any(path.glob("*.parquet"))
-        if has_shards and (path / MANIFEST_NAME).is_file():
-            manifest = load(path / MANIFEST_NAME)
+        one_stage, run, above = (
+            RunFolder(path, single=True),
+            RunFolder(path),
+            RunFolder(path.parent),
+        )
+        if has_shards and one_stage.manifest.is_file():
+            manifest = load(one_stage.manifest)
             stages = list(manifest["stages"])
             return path, manifest, stages[-1] if stages else None
-        if has_shards and (path.parent / MANIFEST_NAME).is_file():
-            manifest = load(path.parent / MANIFEST_NAME)
+        if has_shards and above.manifest.is_file():
+            manifest = load(above.manifest)
             return path, manifest, path.name if path.name in manifest["stages"] else None
-        if not has_shards and (path / MANIFEST_NAME).is_file():
-            manifest = load(path / MANIFEST_NAME)
+        if not has_shards and run.manifest.is_file():
+            manifest = load(run.manifest)
             for sid in reversed(list(manifest["stages"])):
                 st = manifest["stages"][sid]
-                folder = path / sid
+                folder = run.stage(sid)
                 if st.get("status") == "done" and folder.is_dir() and any(folder.glob("*.parquet")):
                     return folder, manifest, sid
             raise InputNotFoundError(f"{path}: the run has no finished stage with rows")
@@ -430,11 +325,12 @@ def resolve_data_path(path: Path) -> tuple[Path, dict[str, Any] | None, str | No
 
 
 def _stage_folder(run_dir: Path, sid: str) -> Path | None:
-    folder = run_dir / sid
-    if folder.is_dir() and any(folder.glob("*.parquet")):
-        return folder
-    if any(run_dir.glob("*.parquet")):  # one-stage layout: the shards are the run folder
-        return run_dir
+    from ..store.layout import RunFolder
+
+    for layout in (RunFolder(run_dir), RunFolder(run_dir, single=True)):
+        folder = layout.stage(sid)
+        if folder.is_dir() and any(folder.glob("*.parquet")):
+            return folder
     return None
 
 
@@ -446,15 +342,17 @@ def collect_report(run_dir: Path) -> Any:
     from ..quality.report import ReportData
     from ..quality.stats import STATS_COLUMNS, cluster_stats, dataset_stats, manifest_summary
     from ..store.integrity import verify_shards
-    from ..store.manifest import MANIFEST_NAME, RunManifest
+    from ..store.layout import RunFolder
+    from ..store.manifest import RunManifest
     from ..store.shards import read_table
 
-    if not (run_dir / MANIFEST_NAME).is_file():
+    where = RunFolder(run_dir).manifest
+    if not where.is_file():
         raise InputNotFoundError(
-            f"{run_dir}: no {MANIFEST_NAME} here",
+            f"{run_dir}: no {where.name} here",
             hint="give a run folder (trajsynth run --out) or a stage output folder",
         )
-    manifest = RunManifest.load(run_dir / MANIFEST_NAME).model_dump(mode="json")
+    manifest = RunManifest.load(where).model_dump(mode="json")
     data = ReportData(title=f"trajsynth quality report: {manifest.get('pipeline', run_dir.name)}")
     data.summary = manifest_summary(manifest)
     data.final_output = manifest.get("final_output") or {}

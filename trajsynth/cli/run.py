@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -204,6 +204,7 @@ def run_single_stage(
     inputs: list[Path],
     out: Path,
     sets: list[str],
+    config: dict[str, Any] | None = None,
     *,
     force: bool = False,
     quiet: bool = False,
@@ -211,8 +212,9 @@ def run_single_stage(
 ) -> RunResult:
     """Shared by `trajsynth stage` and the one-stage shortcuts (`filter`, `dedup`, ...).
 
-    Returns the run's result; ``show_counts=False`` leaves printing the stage's counts to the
-    caller (the shortcuts print their own tables).
+    ``config`` is the stage's settings (typed values by field name; ``sets``, ``KEY=VALUE``
+    text, apply on top). Returns the run's result; ``show_counts=False`` leaves printing the
+    stage's counts to the caller (the shortcuts print their own tables).
     """
     from ..core.location import as_path, is_url
     from ..pipeline.runner import Runner
@@ -228,7 +230,9 @@ def run_single_stage(
         overrides.append(item if key.startswith("defaults.") else f"stages.{name}.with.{item}")
     raw = {
         "name": f"stage-{name}",
-        "stages": [{"id": name, "uses": name, "from": [str(p) for p in inputs]}],
+        "stages": [
+            {"id": name, "uses": name, "from": [str(p) for p in inputs], "with": config or {}}
+        ],
     }
     resolved = resolve_pipeline(raw, overrides=overrides, output=str(out))
     reporter = RichReporter(quiet=quiet)

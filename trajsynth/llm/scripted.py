@@ -82,5 +82,5 @@ def use_scripted(ctx: Any, role: str, handler: Handler, **settings: Any) -> Scri
     """Make ``ctx.llm(role)`` answer with ``handler`` (counting usage into ``ctx.metrics``);
     returns the backend, whose ``requests`` list records what the stage sent."""
     client = scripted_client(role, handler, metrics=ctx.metrics, **settings)
-    ctx._llm_views[role] = client
+    ctx.use_client(role, client)
     return client.backend  # type: ignore[return-value]

@@ -44,7 +44,7 @@ from ..store.shards import (
     ShardWriter,
     iter_shard,
 )
-from .outputs import output_dir, output_names, write_outputs
+from .outputs import output_names, write_outputs
 
 __all__ = [
     "Executor",
@@ -53,7 +53,6 @@ __all__ = [
     "RayExecutor",
     "UnitResult",
     "UnitTask",
-    "output_dir",
     "run_map_unit",
 ]
 
@@ -128,9 +127,7 @@ def run_map_unit(task: UnitTask, progress: Progress | None = None) -> UnitResult
     # a per-unit context shares the process's environments (LLM clients are process-wide
     # already) but has its own metrics, so usage is counted per unit and merged
     live = None if progress is None else (lambda n: progress(task.unit_key, n))
-    ctx = Context(shared_ctx.spec, logger=shared_ctx.log, progress=live)
-    ctx._envs = shared_ctx.envs  # one factory (one MCP server, one sandbox) for every unit
-    ctx._lock = shared_ctx._lock
+    ctx = shared_ctx.for_unit(progress=live)
     ctx.unit, ctx.input_name = task.unit_key, task.input_name
 
     rows_in = 0

@@ -20,14 +20,13 @@ the run's final output.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..quality.stats import outcome_counts
+from ..store.layout import RunFolder
 from ..store.manifest import RunManifest
 from ..store.shards import iter_batches
-from .outputs import output_dir
 from .spec import ResolvedPipeline
 
 __all__ = [
@@ -72,7 +71,7 @@ def final_stage(pipeline: ResolvedPipeline) -> str | None:
 def check_final_output(
     pipeline: ResolvedPipeline,
     manifest: RunManifest,
-    stage_dir: Callable[[str], Path],
+    folder: RunFolder,
 ) -> dict[str, Any]:
     """The check of the run's final output, as recorded in the manifest (``{}`` when the
     pipeline makes no rows): the stage, its rows by verdict, the share not verified, whether
@@ -83,8 +82,8 @@ def check_final_output(
         return {}
     state = manifest.stages[sid]
     main = state.outputs.get("main")
-    folder = output_dir(stage_dir(sid), "main")
-    shards = [folder / s.file for s in main.shards] if main is not None else []
+    where = folder.output(sid)
+    shards = [where / s.file for s in main.shards] if main is not None else []
     counts = stage_outcome(shards)
     rows = sum(counts.values())
     aside = {

@@ -20,14 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..stages import Emit
+from ..store.layout import output_dir
 from ..store.shards import ShardWriter
 
-__all__ = ["output_dir", "output_names", "write_outputs"]
-
-
-def output_dir(stage_dir: Path, output: str) -> Path:
-    """Folder of a stage's named output: the stage folder for main, a subfolder otherwise."""
-    return stage_dir if output == "main" else stage_dir / output
+__all__ = ["output_names", "write_outputs"]
 
 
 def output_names(outputs: tuple[str, ...]) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """The runner: executes a validated pipeline into a run folder, exactly once.
 
-Run folder layout::
+Run folder layout (:class:`~trajsynth.store.layout.RunFolder` says where each file is)::
 
     runs/tiny/
       manifest.json           # the truth: what is committed (see store/manifest.py)
@@ -81,7 +81,6 @@ from ..core.location import (
     list_names,
     remove,
     remove_tree,
-    scratch_dir,
     size_of,
     upload_dir,
 )
@@ -96,7 +95,8 @@ from ..stages import (
     config_hash,
 )
 from ..store.integrity import ShardCheck, check_shard, fingerprint_of, shard_checks
-from ..store.manifest import MANIFEST_NAME, OutputState, RunManifest, ShardRecord, StageState
+from ..store.layout import RunFolder
+from ..store.manifest import OutputState, RunManifest, ShardRecord, StageState
 from ..store.shards import (
     LOOKUP,
     Check,
@@ -112,7 +112,7 @@ from ..store.shards import (
 from ..version import __version__
 from .executors import Executor, LocalExecutor, UnitTask
 from .final_output import check_final_output, stage_outcome, verdict_line, warning_lines
-from .outputs import output_dir, output_names, write_outputs
+from .outputs import output_names, write_outputs
 from .spec import InputRef, ResolvedPipeline, ResolvedStage
 
 __all__ = ["Reporter", "RunResult", "Runner", "run_pipeline"]
@@ -149,8 +149,7 @@ class RunResult:
 
     def output(self, stage_id: str, output: str = "main") -> Path:
         """Folder holding a stage's (named) output shards."""
-        base = self.run_dir if self.layout == "single" else self.run_dir / stage_id
-        return output_dir(base, output)
+        return RunFolder(self.run_dir, single=self.layout == "single").output(stage_id, output)
 
     @property
     def final_output(self) -> dict[str, Any]:
@@ -173,34 +172,25 @@ class Runner:
     ) -> None:
         self.pipeline = pipeline
         defaults = pipeline.spec.defaults
-        self.run_dir = as_path(run_dir or defaults.output or f"runs/{pipeline.name}")
-        #: a run folder on object storage; its local files live in ``self.scratch``
-        self.remote = is_url(self.run_dir)
-        self.scratch: Path = scratch_dir(self.run_dir) if self.remote else self.run_dir
-        self.log_path = self.scratch / "logs" / "run.log"
+        if layout not in ("pipeline", "single"):
+            raise ValueError(layout)
+        #: where each of the run's files is
+        self.folder = RunFolder.at(
+            run_dir or defaults.output or f"runs/{pipeline.name}", single=layout == "single"
+        )
+        self.run_dir = self.folder.root
+        #: a run folder on object storage; its local files live in ``self.folder.scratch``
+        self.remote = self.folder.remote
+        self.log_path = self.folder.log
         self.force = force
         self.executor = executor or _default_executor(defaults)
         self.reporter = reporter or Reporter()
-        if layout not in ("pipeline", "single"):
-            raise ValueError(layout)
         if layout == "single" and len(pipeline.stages) != 1:
             raise ValueError("the single-stage layout needs a one-stage pipeline")
         self.layout = layout
-        self.manifest_path = self.run_dir / MANIFEST_NAME
+        self.manifest_path = self.folder.manifest
         #: input shard → what its bytes must be (see _input_shards)
         self._checks: dict[str, ShardCheck | None] = {}
-
-    # -- paths -------------------------------------------------------------------------------
-    def stage_dir(self, stage_id: str) -> Path:
-        return self.run_dir if self.layout == "single" else self.run_dir / stage_id
-
-    def artifacts_dir(self, stage_id: str, *, stored: bool = False) -> Path:
-        """Where a stage writes its artifacts (always a local folder); ``stored``: where they
-        are kept (the bucket, for a run on object storage)."""
-        base = self.run_dir if stored else self.scratch
-        if self.layout == "single":
-            return base / "artifacts"
-        return base / "artifacts" / stage_id
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -216,7 +206,7 @@ class Runner:
                 from ..llm.cache import sync_remote_caches
 
                 sync_remote_caches()
-                upload_dir(self.log_path.parent, self.run_dir / "logs")
+                upload_dir(self.log_path.parent, self.folder.logs)
 
     def _run(self) -> RunResult:
         manifest = self._load_manifest()
@@ -237,7 +227,7 @@ class Runner:
 
             release_stages()
         if self.layout == "pipeline":
-            manifest.final_output = check_final_output(self.pipeline, manifest, self.stage_dir)
+            manifest.final_output = check_final_output(self.pipeline, manifest, self.folder)
             manifest.save(self.manifest_path)
             lines = warning_lines(manifest.final_output)
             for line in [*lines, verdict_line(manifest.final_output)] if lines else []:
@@ -299,7 +289,7 @@ class Runner:
             self._checks.update({str(p): c for p, c in shard_checks(paths).items()})
             return paths
         state = manifest.stages[ref.stage]  # type: ignore[index]
-        folder = output_dir(self.stage_dir(ref.stage), ref.output)  # type: ignore[arg-type]
+        folder = self.folder.output(ref.stage, ref.output)  # type: ignore[arg-type]
         out = state.outputs.get(ref.output) or OutputState()
         records = sorted(out.shards, key=lambda s: s.file)
         self._checks.update({str(folder / s.file): ShardCheck.of(s) for s in records})
@@ -340,43 +330,36 @@ class Runner:
         """What of the stage's committed files changed on disk since it finished (None when
         nothing did): a file missing, resized, or a shard overwritten with other content of
         the same size (its content fingerprint differs from the recorded one)."""
-        art = self.artifacts_dir(sid, stored=True)
+        art = self.folder.artifacts(sid, stored=True)
         for rel, size in state.artifact_files.items():
             p = art / rel
             found_size = _size(p)
             if found_size is None:
-                return f"artifact {self._shown(p)} is missing"
+                return f"artifact {self.folder.relative(p)} is missing"
             if found_size != size:
                 return (
-                    f"artifact {self._shown(p)} changed on disk "
+                    f"artifact {self.folder.relative(p)} changed on disk "
                     f"({found_size:,} bytes, recorded {size:,})"
                 )
         for name, out in state.outputs.items():
-            folder = output_dir(self.stage_dir(sid), name)
+            folder = self.folder.output(sid, name)
             for shard in out.shards:
                 p = folder / shard.file
                 found_size = _size(p)
                 if found_size is None:
-                    return f"shard {self._shown(p)} is missing"
+                    return f"shard {self.folder.relative(p)} is missing"
                 if found_size != shard.bytes:
                     return (
-                        f"shard {self._shown(p)} changed on disk "
+                        f"shard {self.folder.relative(p)} changed on disk "
                         f"({found_size:,} bytes, recorded {shard.bytes:,})"
                     )
                 found = fingerprint_of(p)
                 if found != shard.fingerprint:
                     return (
-                        f"shard {self._shown(p)} changed on disk (content fingerprint "
+                        f"shard {self.folder.relative(p)} changed on disk (content fingerprint "
                         f"{found[:12]}, recorded {shard.fingerprint[:12]})"
                     )
         return None
-
-    def _shown(self, path: Path) -> str:
-        """``path`` relative to the run folder (as the user finds it there)."""
-        try:
-            return str(path.relative_to(self.run_dir))
-        except (ValueError, TypeError):  # elsewhere, or an object-storage path
-            return str(path)
 
     def _why_rerun(
         self,
@@ -473,10 +456,10 @@ class Runner:
             config_hash=config_hash(rs.step.uses, rs.config),
             llm=self.pipeline.spec.defaults.llm,
             env=self.pipeline.spec.defaults.env,
-            cache_dir=self.pipeline.spec.defaults.cache_dir or str(self.run_dir / "cache"),
-            artifacts_dir=str(self.artifacts_dir(sid)),
+            cache_dir=self.pipeline.spec.defaults.cache_dir or str(self.folder.cache),
+            artifacts_dir=str(self.folder.artifacts(sid)),
             run_dir=str(self.run_dir),
-            artifacts_in={n: str(self.artifacts_dir(n, stored=True)) for n in rs.needs},
+            artifacts_in={n: str(self.folder.artifacts(n, stored=True)) for n in rs.needs},
             iteration=rs.iteration,
         )
         started = time.perf_counter()
@@ -518,7 +501,7 @@ class Runner:
         self._ensure_outputs(sid, state, cls.outputs)
         if "success" in cls.writes:  # a judging stage: its main output's rows by verdict
             main = state.outputs["main"]
-            shards = [self.stage_dir(sid) / s.file for s in main.shards]
+            shards = [self.folder.stage(sid) / s.file for s in main.shards]
             state.metrics = Metrics.merge(
                 state.metrics, {"values": {"outcome": stage_outcome(shards)}}
             )
@@ -528,11 +511,11 @@ class Runner:
             raise StageFailed(too_few, hint=f"details in {self.log_path}")
         if cls.makes_artifact:
             state.artifact_files, state.artifact_fingerprint = _fingerprint_dir(
-                self.artifacts_dir(sid)
+                self.folder.artifacts(sid)
             )
             if self.remote:  # the bucket keeps them; this machine's copy is a cache
-                remove_tree(self.artifacts_dir(sid, stored=True))
-                upload_dir(self.artifacts_dir(sid), self.artifacts_dir(sid, stored=True))
+                remove_tree(self.folder.artifacts(sid, stored=True))
+                upload_dir(self.folder.artifacts(sid), self.folder.artifacts(sid, stored=True))
         if self.remote:
             from ..llm.cache import sync_remote_caches
 
@@ -590,7 +573,6 @@ class Runner:
             state.next_shard = 0
             state.metrics = metrics_before
             return
-        base = self.stage_dir(rs.id)
         for unit_key, metrics in self._unit_metrics.items():
             if not metrics.get("counters", {}).get("infra.lost"):
                 continue
@@ -601,7 +583,7 @@ class Runner:
                 out = state.outputs.get(name)
                 if out is not None:
                     out.shards = [s for s in out.shards if s.file != file]
-                remove(output_dir(base, name) / file)
+                remove(self.folder.output(rs.id, name) / file)
             back = {k: -v for k, v in metrics.get("counters", {}).items()}
             state.metrics = Metrics.merge(state.metrics, {"counters": back})
 
@@ -615,16 +597,15 @@ class Runner:
         self, sid: str, outputs: tuple[str, ...], *, keep_artifacts: bool = False
     ) -> None:
         """Remove a stage's previous shards (only files the store writes; nothing else)."""
-        base = self.stage_dir(sid)
         for name in output_names(outputs):
-            folder = output_dir(base, name)
+            folder = self.folder.output(sid, name)
             for file in list_names(folder, "part-*.parquet"):
                 remove(folder / file)
             clean_tmp(folder)
         if not keep_artifacts:
-            remove_tree(self.artifacts_dir(sid))
+            remove_tree(self.folder.artifacts(sid))
             if self.remote:
-                remove_tree(self.artifacts_dir(sid, stored=True))
+                remove_tree(self.folder.artifacts(sid, stored=True))
 
     def _ensure_outputs(self, sid: str, state: StageState, outputs: tuple[str, ...]) -> None:
         """Give every declared output that got no rows one empty shard, so an empty result
@@ -632,14 +613,13 @@ class Runner:
         for name in output_names(outputs):
             out = state.outputs.setdefault(name, OutputState())
             if not out.shards:
-                path = output_dir(self.stage_dir(sid), name) / "part-00000.parquet"
+                path = self.folder.output(sid, name) / "part-00000.parquet"
                 out.shards.append(ShardRecord.of(write_shard(ARROW_SCHEMA.empty_table(), path)))
 
     def _remove_uncommitted(self, sid: str, state: StageState, outputs: tuple[str, ...]) -> None:
         """Delete shards a crash left behind that the manifest does not record."""
-        base = self.stage_dir(sid)
         for name in output_names(outputs):
-            folder = output_dir(base, name)
+            folder = self.folder.output(sid, name)
             clean_tmp(folder)
             committed = {s.file for s in (state.outputs.get(name) or OutputState()).shards}
             for file in list_names(folder, "part-*.parquet"):
@@ -674,7 +654,7 @@ class Runner:
                             unit_index=index,
                             input_path=str(p),
                             input_name=str(ref),
-                            out_dir=str(self.stage_dir(rs.id)),
+                            out_dir=str(self.folder.stage(rs.id)),
                             outputs=cls.outputs,
                             plugins=tuple(self.pipeline.spec.plugins),
                             rows=_rows_of(p),
@@ -752,7 +732,7 @@ class Runner:
         # spill files live in the run folder, which every worker (and Ray node) sees; a run
         # on object storage spills to this machine's scratch when no other machine reads them
         shared = not self.remote or self.executor.name == "ray"
-        spill = (self.run_dir if shared else self.scratch) / ".spill" / rs.id
+        spill = self.folder.spill(rs.id, shared=shared)
         try:
             if isinstance(stage, StreamingGlobalStage):
                 # passes over the shards, per-shard work through the executor
@@ -776,7 +756,7 @@ class Runner:
                 )
             write_outputs(
                 produced,
-                stage_dir=self.stage_dir(rs.id),
+                stage_dir=self.folder.stage(rs.id),
                 outputs=cls.outputs,
                 writer=cut_shards,
                 where=f"stage {rs.id!r}",

@@ -58,7 +58,13 @@ class FilterRules(StrictModel):
     unsuccessful: bool = Field(
         True, description="Drop rows whose success is not true (failed or never verified)."
     )
-    min_quality: float = Field(0.7, ge=0, le=1, description="Quality threshold (reference: 0.7).")
+    min_quality: float = Field(
+        0.7,
+        ge=0,
+        le=1,
+        description="Quality threshold: low_quality drops rows whose quality_score is below it "
+        "(reference: 0.7).",
+    )
     min_coherence: float = Field(0.5, ge=0, le=1, description="Coherence threshold.")
     min_turns: int = Field(2, ge=0, description="Successes need at least this many turns.")
     max_calls: int = Field(8, ge=0, description="Successes may make at most this many calls.")

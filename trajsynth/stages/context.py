@@ -150,10 +150,29 @@ class Context:
         #: per-context views of the process-wide LLM clients (each counts into self.metrics)
         self._llm_views: dict[str, RoleClient] = {}
         self._envs: EnvFactory | None = None
+        #: the context whose environments (and lock) this one uses; None: its own
+        self._envs_of: Context | None = None
         self._lock = threading.Lock()
         #: which unit (input shard) is being processed, for map stages; set by the runner
         self.unit: str | None = None
         self.input_name: str | None = None
+
+    def for_unit(self, *, progress: Callable[[int], None] | None = None) -> Context:
+        """A context for one unit (input shard) of this stage: the same spec and logger, and
+        this context's environments (one factory: one MCP server, one sandbox for every unit)
+        and lock, built on first use; its own metrics and LLM views, so what a unit spends
+        is counted for that unit and merged by the runner. Its :meth:`close_envs` leaves the
+        shared environments to this context's."""
+        unit = Context(self.spec, logger=self.log, progress=progress)
+        unit._envs_of = self
+        unit._lock = self._lock
+        return unit
+
+    def use_client(self, role: str, client: RoleClient) -> None:
+        """Make ``ctx.llm(role)`` return ``client`` (a checkpoint's, a scripted one in
+        tests) instead of the client the role's settings make."""
+        with self._lock:
+            self._llm_views[role] = client
 
     # -- identity ------------------------------------------------------------------------
     @property
@@ -230,13 +249,15 @@ class Context:
             {**settings, "backend": "local", "model": str(folder), "cache": False}
         )
         view = RoleClient(LLMClient(role, config, LocalBackend(config), None), self.metrics)
-        with self._lock:
-            self._llm_views[role] = view
+        self.use_client(role, view)
         return view
 
     def close_envs(self) -> None:
         """Stop what the environments started (MCP servers, the sandbox) and save their
-        records; the runner calls it when the stage is done."""
+        records; the runner calls it when the stage is done. A unit's context
+        (:meth:`for_unit`) closes nothing: the stage's context owns the environments."""
+        if self._envs_of is not None:
+            return
         with self._lock:
             envs, self._envs = self._envs, None
         if envs is not None:
@@ -245,6 +266,8 @@ class Context:
     @property
     def envs(self) -> EnvFactory:
         """The environment factory (``ctx.envs.make(domain, seed=...)``)."""
+        if self._envs_of is not None:
+            return self._envs_of.envs
         with self._lock:
             if self._envs is None:
                 from ..envs import EnvFactory

@@ -44,6 +44,7 @@ from typing import Any
 from ..core.errors import DataError
 from ..core.ids import bytes_fingerprint, file_fingerprint
 from ..core.location import as_path, etag_of, is_url, read_bytes, size_of
+from .layout import RunFolder
 
 __all__ = [
     "RACY_S",
@@ -55,7 +56,6 @@ __all__ = [
     "verify_shards",
 ]
 
-_MANIFEST = "manifest.json"
 RACY_S = 2.0  # a file modified less than this before its hash is hashed again next time
 
 
@@ -177,7 +177,7 @@ def shard_record(shard: Path, cache: dict[str, Any] | None = None) -> dict[str, 
         up = shard
         for _ in range(depth):
             up = up.parent
-        path = up / _MANIFEST
+        path = RunFolder(up).manifest
         key = str(path)
         if key not in cache:
             try:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 from ..core.errors import DataError
 from ..core.ids import stable_hash
 from ..core.location import as_path, is_url, read_versioned, write_versioned
+from .layout import MANIFEST_NAME, RunFolder
 from .shards import ShardInfo
 
 __all__ = [
@@ -36,8 +37,6 @@ __all__ = [
     "StageState",
     "locate_manifest",
 ]
-
-MANIFEST_NAME = "manifest.json"
 
 StageStatus = Literal["pending", "running", "done", "failed"]
 
@@ -169,50 +168,42 @@ class RunManifest(BaseModel):
 def locate_manifest(path: str | Path) -> tuple[Path, str | None] | None:
     """The run manifest that describes the shards under ``path``, and their stage id.
 
-    ``path`` may be a shard file, a folder or a glob. The manifest sits next to the shards
-    (a one-stage output folder, ``trajsynth stage``/``filter``: its last stage), one level up (a
-    stage folder of a pipeline run), or two levels up (a side output, ``<stage>/<output>``).
-    Returns ``(manifest.json, stage id or None)``, or None for bare shards.
+    ``path`` may be a shard file, a folder or a glob (a local path or a URL). The manifest
+    sits next to the shards (a one-stage output folder, ``trajsynth stage``/``filter``: its
+    last stage), one level up (a stage folder of a pipeline run), or two levels up (a side
+    output, ``<stage>/<output>``): :meth:`RunFolder.holding`. Returns ``(manifest.json,
+    stage id or None)``, or None for bare shards.
     """
     if is_url(path):
-        return _locate_remote(path)
-    text = str(path)
-    p = Path(text)
-    if any(ch in text for ch in "*?[") and not p.exists():
-        parts = p.parts
-        cut = next(i for i, part in enumerate(parts) if any(ch in part for ch in "*?["))
-        p = Path(*parts[:cut]) if cut else Path(".")
-    folder = p if p.is_dir() else p.parent
-    if not folder.is_dir():
-        return None
-    if (folder / MANIFEST_NAME).is_file():
-        stages = list(RunManifest.load(folder / MANIFEST_NAME).stages)
-        return folder / MANIFEST_NAME, stages[-1] if stages else None
-    for up, stage in ((folder.parent, folder.name), (folder.parent.parent, folder.parent.name)):
-        if (up / MANIFEST_NAME).is_file() and stage in RunManifest.load(up / MANIFEST_NAME).stages:
-            return up / MANIFEST_NAME, stage
+        text = str(as_path(path))
+        if any(ch in text for ch in "*?["):  # the folder above the first wildcard
+            text = text[: min(text.index(ch) for ch in "*?[" if ch in text)].rsplit("/", 1)[0]
+        p = as_path(text)
+        folder = p.parent if p.name.endswith(".parquet") else p
+    else:
+        text = str(path)
+        p = Path(text)
+        if any(ch in text for ch in "*?[") and not p.exists():
+            parts = p.parts
+            cut = next(i for i, part in enumerate(parts) if any(ch in part for ch in "*?["))
+            p = Path(*parts[:cut]) if cut else Path(".")
+        folder = p if p.is_dir() else p.parent
+        if not folder.is_dir():
+            return None
+    for run, stage in RunFolder.holding(folder):
+        manifest = _manifest_at(run.manifest)
+        if manifest is None:
+            continue
+        if stage is None:
+            return run.manifest, list(manifest.stages)[-1] if manifest.stages else None
+        if stage in manifest.stages:
+            return run.manifest, stage
     return None  # bare shards (or a folder the run next to it did not write)
 
 
-def _locate_remote(path: Any) -> tuple[Any, str | None] | None:
-    """:func:`locate_manifest` for a URL (a key, a folder or a glob on object storage)."""
-    text = str(as_path(path))
-    if any(ch in text for ch in "*?["):
-        text = text[: min(text.index(ch) for ch in "*?[" if ch in text)].rsplit("/", 1)[0]
-    p = as_path(text)
-    folder = p.parent if p.name.endswith(".parquet") else p
-    candidates = [
-        (folder, None),
-        (folder.parent, folder.name),
-        (folder.parent.parent, folder.parent.name),
-    ]
-    for up, stage in candidates:
-        found = read_versioned(up / MANIFEST_NAME)
-        if found is None:
-            continue
-        manifest = RunManifest.model_validate_json(found[0])
-        if stage is None:
-            return up / MANIFEST_NAME, list(manifest.stages)[-1] if manifest.stages else None
-        if stage in manifest.stages:
-            return up / MANIFEST_NAME, stage
-    return None
+def _manifest_at(path: Any) -> RunManifest | None:
+    """The manifest at ``path`` (a local file or an object), None when there is none."""
+    if is_url(path):
+        found = read_versioned(path)
+        return None if found is None else RunManifest.model_validate_json(found[0])
+    return RunManifest.load(path) if path.is_file() else None

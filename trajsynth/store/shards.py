@@ -47,6 +47,7 @@ from ..core.location import (
 )
 from ..core.schema import ARROW_SCHEMA, SCHEMA_VERSION, Trajectory
 from .integrity import ShardCheck, check_shard, fingerprint_of, shard_checks
+from .layout import MANIFEST_NAME, RunFolder
 from .migrations import MIGRATIONS
 
 __all__ = [
@@ -252,7 +253,7 @@ def list_shards(path: str | Path | Iterable[str | Path]) -> list[Path]:
         if not files:
             files = sorted(f for f in p.glob("*.parquet") if not f.name.startswith("."))
         if not files:
-            if (p / "manifest.json").exists() and any(c.is_dir() for c in p.iterdir()):
+            if RunFolder(p).manifest.exists() and any(c.is_dir() for c in p.iterdir()):
                 stages = sorted(c.name for c in p.iterdir() if c.is_dir())
                 raise InputNotFoundError(
                     f"{p} is a run folder, not a shard folder",
@@ -290,7 +291,7 @@ def _list_remote(p: Any) -> list[Any]:
     if not names:
         names = [n for n in list_names(p, "*.parquet") if not n.startswith(".")]
     if not names:
-        if list_names(p, "manifest.json"):
+        if list_names(p, MANIFEST_NAME):
             raise InputNotFoundError(
                 f"{text} is a run folder, not a shard folder", hint="name one of its stage folders"
             )
