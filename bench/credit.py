@@ -213,6 +213,16 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _same_run(kept: dict[str, Any] | None, base: dict[str, Any]) -> bool:
+    """A kept result is this run's when every setting but how many seeds and which estimators
+    the whole bench runs is the same."""
+
+    def run_settings(a: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in a.items() if k not in ("seeds", "estimators")}
+
+    return kept is not None and run_settings(kept) == run_settings(base)
+
+
 def _ci(values: list[float]) -> tuple[float, float, float]:
     """Mean and 95% interval (Student's t over the seeds)."""
     mean = sum(values) / len(values)
@@ -278,10 +288,10 @@ def main() -> None:
             for seed in range(args.seeds):
                 spec = {"args": base, "work": str(work), "seed": seed, "estimator": name}
                 kept = work / f"result-{name}-{seed}.json"
-                if kept.is_file() and json.loads(kept.read_text()).get("args") == base:
+                if kept.is_file() and _same_run(json.loads(kept.read_text()).get("args"), base):
                     run = json.loads(kept.read_text())["run"]  # this run, same settings
                     runs[name].append(run)
-                    print(f"{name:13s} seed {seed}: reward {run['reward']:.3f}  (kept)")
+                    print(f"{name:13s} seed {seed}: reward {run['reward']:.3f}  (kept)", flush=True)
                     continue
                 proc = subprocess.run(
                     [sys.executable, __file__, "--one", json.dumps(spec)],

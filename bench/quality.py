@@ -50,9 +50,9 @@ from trajsynth.quality.dedup import (
     shingles,
 )
 from trajsynth.stages import Context, ContextSpec
-from trajsynth.stages.balance import Balance
-from trajsynth.stages.dedup import Dedup
-from trajsynth.stages.filter import Filter, FilterConfig
+from trajsynth.stages.quality.balance import Balance
+from trajsynth.stages.quality.dedup import Dedup
+from trajsynth.stages.quality.filter import Filter, FilterConfig
 
 # --------------------------------------------------------------------------------------
 # 1) column-wise rows

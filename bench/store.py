@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from trajsynth.core import Trajectory, conform, to_batch
 from trajsynth.stages import Context, Emit, RowStage, build_stage
-from trajsynth.stages.synthetic import synthetic_row
+from trajsynth.stages.plumbing.synthetic import synthetic_row
 from trajsynth.store import DEFAULT_COMPRESSION, ShardWriter, iter_batches
 
 

@@ -28,6 +28,7 @@ class Rules:
     machinery: frozenset[str]  # top-level names under <package>.stages
     common: frozenset[str]
     excepted: dict[str, frozenset[str]] = field(default_factory=dict)  # lower layers barred
+    kinds: frozenset[str] = frozenset()  # subpackages of <package>.stages: one stage a module
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ def parse_rules(text: str) -> Rules:
     assert ranks, "docs/architecture.md: no rows in the table under '## Layers'"
     assert parts.get("machinery"), "docs/architecture.md: no 'machinery' row under '## Stages'"
     assert parts.get("common helpers"), "docs/architecture.md: no 'common helpers' row"
-    return Rules(ranks, parts["machinery"], parts["common helpers"], excepted)
+    kinds = parts.get("kinds", frozenset())
+    return Rules(ranks, parts["machinery"], parts["common helpers"], excepted, kinds)
 
 
 def _module_name(path: Path, root: Path) -> tuple[str, bool]:
@@ -107,13 +109,15 @@ def _layer(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _stage_unit(module: str, package: str) -> str | None:
-    """The top-level name under ``<package>.stages`` (a module or subpackage), else None."""
+def _stage_unit(module: str, package: str, kinds: frozenset[str] = frozenset()) -> str | None:
+    """The unit under ``<package>.stages``: in a kind subpackage the kind and its module
+    (``methods.echo``), else the top-level name (a module or subpackage); None outside."""
     prefix = f"{package}.stages"
     if module == prefix:
         return "__init__"
     if module.startswith(prefix + "."):
-        return module[len(prefix) + 1 :].split(".")[0]
+        parts = module[len(prefix) + 1 :].split(".")
+        return ".".join(parts[:2]) if parts[0] in kinds and len(parts) > 1 else parts[0]
     return None
 
 
@@ -140,7 +144,8 @@ def check(root: Path, rules: Rules, allowed: Iterable[tuple[str, str]] = ()) -> 
         if dst in rules.excepted.get(src, ()):
             problems.append(f"{where} {imp.imported}: layer {src} may not import {dst}")
             continue
-        a, b = _stage_unit(imp.importer, package), _stage_unit(imp.imported, package)
+        a = _stage_unit(imp.importer, package, rules.kinds)
+        b = _stage_unit(imp.imported, package, rules.kinds)
         if a is None or b is None or a == b or b in helpers:
             continue
         if (imp.importer, imp.imported) in allowed:
@@ -265,6 +270,28 @@ def test_a_planted_method_to_method_import_fails(tmp_path: Path) -> None:
     assert problems[3].endswith("trajsynth.stages.echo: a method module imports another one")
     allowed = {("trajsynth.stages.hardgen", "trajsynth.stages.echo")}
     assert len(check(root, rules, allowed)) == 3
+
+
+def test_a_planted_import_between_modules_of_one_kind_fails(tmp_path: Path) -> None:
+    """In a kind subpackage (``methods``) each module is a unit of its own: a sibling import
+    is a method importing another, as it is across kinds."""
+    root = _plant(
+        tmp_path,
+        {
+            **CLEAN,
+            "stages/methods/__init__.py": "",
+            "stages/methods/echo.py": "from ..common import episode_row\n",
+            "stages/methods/hardgen.py": "from .echo import x\n",
+            "stages/quality/__init__.py": "",
+            "stages/quality/verify.py": "from ..methods import echo\n",
+        },
+    )
+    problems = check(root, parse_rules(ARCHITECTURE.read_text(encoding="utf-8")))
+    assert [p.split(": ", 1)[0] for p in problems] == [
+        "trajsynth/stages/methods/hardgen.py:1",
+        "trajsynth/stages/quality/verify.py:1",
+    ]
+    assert all(p.endswith("a method module imports another one") for p in problems)
 
 
 def test_unknown_layers_are_reported(tmp_path: Path) -> None:

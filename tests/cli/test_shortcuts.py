@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from trajsynth.cli import app
 from trajsynth.cli._shortcuts import Shortcut, config_options
-from trajsynth.stages.balance import BalanceConfig
-from trajsynth.stages.dedup import DedupConfig
-from trajsynth.stages.filter import FilterConfig
+from trajsynth.stages.quality.balance import BalanceConfig
+from trajsynth.stages.quality.dedup import DedupConfig
+from trajsynth.stages.quality.filter import FilterConfig
 
 
 class Toy(BaseModel):

@@ -13,7 +13,7 @@ import pytest
 from trajsynth.core import to_batch
 from trajsynth.pipeline.outputs import write_outputs
 from trajsynth.stages import Emit
-from trajsynth.stages.synthetic import synthetic_row
+from trajsynth.stages.plumbing.synthetic import synthetic_row
 from trajsynth.store import ShardWriter, read_table
 
 

@@ -31,7 +31,7 @@ from trajsynth.quality.dedup import (
     shingles,
 )
 from trajsynth.stages import Context, ContextSpec, build_stage
-from trajsynth.stages.synthetic import synthetic_row
+from trajsynth.stages.plumbing.synthetic import synthetic_row
 
 
 def table(rows):

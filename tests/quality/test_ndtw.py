@@ -27,7 +27,7 @@ def call(name: str, args: str, cid: str = "x", thought: str | None = None) -> Me
     )
 
 
-@pytest.mark.parametrize("name", ["trajsynth.quality.ndtw", "trajsynth.stages.echo"])
+@pytest.mark.parametrize("name", ["trajsynth.quality.ndtw", "trajsynth.stages.methods.echo"])
 def test_docstring_examples(name: str) -> None:
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0

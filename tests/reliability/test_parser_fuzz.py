@@ -49,9 +49,10 @@ def test_long_adversarial_outputs_up_to_the_cap_parse_in_bounded_time() -> None:
 def test_other_readers_of_model_text_are_linear() -> None:
     """EDDE's INPUT/OUTPUT split (cubic before), the arena's code block (quadratic) and a
     tool schema's ``pattern`` applied to a model's argument (the ``regex`` time limit)."""
+    from trajsynth.stages.looptool.round.edde import parse_generation
+
     from trajsynth.envs.verifiers.schema import check_arguments
-    from trajsynth.stages.arena import code_block
-    from trajsynth.stages.looptool_edde import parse_generation
+    from trajsynth.stages.methods.arena import code_block
 
     with cpu_limit(5.0):
         assert parse_generation("INPUT:" + " " * 100_000, []) == (None, "no_input_output")

@@ -18,7 +18,7 @@ from trajsynth.envs.tasks import call, materialize, ref, task, turn
 from trajsynth.llm.base import ChatRequest, RawChoice
 from trajsynth.llm.scripted import use_scripted
 from trajsynth.stages import Context, ContextSpec, build_stage
-from trajsynth.stages.director_actor import _read_outline
+from trajsynth.stages.methods.director_actor import _read_outline
 
 FACTORY = EnvFactory()
 PLAN = {

@@ -19,7 +19,7 @@ from trajsynth.core import to_records
 from trajsynth.llm.base import ChatRequest, RawChoice
 from trajsynth.llm.scripted import use_scripted
 from trajsynth.stages import Context, ContextSpec, build_stage
-from trajsynth.stages.director_actor import _read_outline, outline_adherence
+from trajsynth.stages.methods.director_actor import _read_outline, outline_adherence
 
 TOOLS = {1: ["convert_units", "round_number"], 2: [], 3: ["store_value"]}
 ACTOR_PLAN = {"turns": [{**t, "tools": TOOLS[t["turn"]]} for t in PLAN["turns"]]}

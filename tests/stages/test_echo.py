@@ -22,7 +22,7 @@ from trajsynth.llm.base import ChatRequest
 from trajsynth.llm.scripted import use_scripted
 from trajsynth.stages import Context, ContextSpec, Emit, build_stage
 from trajsynth.stages.common.replay import calls_message, play_steps
-from trajsynth.stages.echo import GoalMemory
+from trajsynth.stages.methods.echo import GoalMemory
 
 FACTORY = EnvFactory()
 TOOLS = FACTORY.toolset("files").to_openai()

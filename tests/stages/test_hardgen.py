@@ -25,7 +25,7 @@ from trajsynth.graph import GraphConfig, build_graph
 from trajsynth.llm.base import ChatRequest, RawChoice
 from trajsynth.llm.scripted import use_scripted
 from trajsynth.stages import Context, ContextSpec, build_stage
-from trajsynth.stages.hardgen import gold_values, legal_trace, redact_hint, sample_trace
+from trajsynth.stages.methods.hardgen import gold_values, legal_trace, redact_hint, sample_trace
 
 FACTORY = EnvFactory()
 LEXICAL = GraphConfig(similarity="lexical")

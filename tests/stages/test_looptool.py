@@ -407,7 +407,7 @@ def test_two_rounds_with_a_student_that_learns() -> None:
 
 
 def test_report_per_iteration_and_capability() -> None:
-    from trajsynth.stages.looptool_report import _markdown, build_report
+    from trajsynth.stages.looptool.round.report import _markdown, build_report
 
     def episode(i: int, policy: str, set_: str, it: int, cap: str, ok: bool) -> Trajectory:
         return CONVERT.derive(
@@ -543,9 +543,10 @@ def test_failure_context_with_a_call_without_arguments() -> None:
     """GCP stores the context before a mismatch without defaults, so a call with no
     arguments has no ``arguments`` key; JGLV's and EDDE's transcripts still show it (a
     student calling ``list_values()`` first used to crash the round)."""
+    from trajsynth.stages.looptool.round.edde import _original
+    from trajsynth.stages.looptool.round.jglv import _conversation
+
     from trajsynth.core.schema import Message, ToolCall
-    from trajsynth.stages.looptool_edde import _original
-    from trajsynth.stages.looptool_jglv import _conversation
 
     context = [
         m.model_dump(exclude_defaults=True)

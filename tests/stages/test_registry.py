@@ -32,12 +32,16 @@ STAGES_DIR = Path(registry.__file__).parent
 def test_every_builtin_module_is_found_and_registers_its_stages() -> None:
     found = registry.stage_modules()
     on_disk = sorted(
-        f"trajsynth.stages.{p.stem}"
-        for p in STAGES_DIR.glob("*.py")
-        if not p.stem.startswith("_") and p.stem not in registry.MACHINERY
+        "trajsynth.stages." + ".".join(p.relative_to(STAGES_DIR).with_suffix("").parts)
+        for p in STAGES_DIR.glob("*/*.py")
+        if not p.stem.startswith("_") and p.parent.name != registry.COMMON
     )
-    assert found == on_disk
-    assert "trajsynth.stages.echo" in found and "trajsynth.stages.kinds" not in found
+    assert found == on_disk and not [
+        p for p in STAGES_DIR.glob("*.py") if p.stem not in {"__init__", *registry.MACHINERY}
+    ]  # the top holds the machinery only
+    kinds = {m.split(".")[2] for m in found}
+    assert kinds == {"methods", "looptool", "quality", "training", "plumbing"}
+    assert "trajsynth.stages.methods.echo" in found and "trajsynth.stages.kinds" not in found
     stages = load_builtin_stages()
     modules = {cls.__module__ for cls in stages.values()}
     # every discovered module defines at least one stage: helpers live in stages.common
@@ -45,21 +49,17 @@ def test_every_builtin_module_is_found_and_registers_its_stages() -> None:
 
 
 def test_no_method_module_imports_another() -> None:
-    methods = {m.rsplit(".", 1)[1] for m in registry.stage_modules()}
+    modules = set(registry.stage_modules())
     borrowed = []
-    for name in sorted(methods):
-        tree = ast.parse((STAGES_DIR / f"{name}.py").read_text())
-        for node in ast.walk(tree):
+    for name in sorted(modules):
+        path = STAGES_DIR.joinpath(*name.split(".")[2:]).with_suffix(".py")
+        package = name.rpartition(".")[0].split(".")
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
-                absolute = node.level == 0 and (node.module or "").startswith("trajsynth.stages.")
-                relative = node.level == 1
-                target = (node.module or "").split(".")[-1 if absolute else 0]
-                if (absolute or relative) and target in methods:
-                    borrowed.append(f"{name} imports {target}")
-                if relative and node.module is None:  # from . import echo
-                    borrowed += [
-                        f"{name} imports {a.name}" for a in node.names if a.name in methods
-                    ]
+                base = package[: len(package) - node.level + 1] if node.level else []
+                module = ".".join([*base, node.module] if node.module else base)
+                targets = {module} | {f"{module}.{a.name}" for a in node.names}
+                borrowed += [f"{name} imports {t}" for t in sorted(targets & modules - {name})]
     assert borrowed == []
 
 

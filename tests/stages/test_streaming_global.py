@@ -21,8 +21,8 @@ from trajsynth.pipeline.spec import resolve_pipeline
 from trajsynth.quality.balance import balance
 from trajsynth.quality.dedup import dedup
 from trajsynth.stages import Context, ContextSpec, ShardSet, build_stage, kinds
-from trajsynth.stages.synthetic import synthetic_row
-from trajsynth.stages.utility import hash_unit
+from trajsynth.stages.plumbing.synthetic import synthetic_row
+from trajsynth.stages.plumbing.utility import hash_unit
 from trajsynth.store import read_table
 
 SEED = 3
@@ -155,7 +155,7 @@ def test_a_pass_never_reads_more_than_one_shard(tmp_path: Path, monkeypatch) -> 
         raise AssertionError("a streaming stage built Trajectory objects")
 
     monkeypatch.setattr(kinds, "read_shard", counting)
-    for module in ("dedup", "balance", "utility"):
+    for module in ("quality.dedup", "quality.balance", "plumbing.utility"):
         monkeypatch.setattr(f"trajsynth.stages.{module}.read_shard", counting)
     monkeypatch.setattr(kinds, "to_records", no_records)
     for uses in ("dedup", "balance", "concat"):

@@ -10,7 +10,7 @@ import pytest
 
 from trajsynth.core import to_batch
 from trajsynth.stages import Context, ContextSpec, Emit, build_stage
-from trajsynth.stages.synthetic import synthetic_row
+from trajsynth.stages.plumbing.synthetic import synthetic_row
 
 ROWS = [synthetic_row(i, seed=2, duplicate_rate=0.2) for i in range(400)]
 

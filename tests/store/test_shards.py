@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from trajsynth.core import DataError, InputNotFoundError, to_batch
-from trajsynth.stages.synthetic import synthetic_row
+from trajsynth.stages.plumbing.synthetic import synthetic_row
 from trajsynth.store import (
     RunManifest,
     ShardWriter,

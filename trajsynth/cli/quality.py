@@ -16,9 +16,9 @@ import typer
 from rich.table import Table
 
 from ..core.errors import InputNotFoundError
-from ..stages.balance import BalanceConfig
-from ..stages.dedup import DedupConfig
-from ..stages.filter import FilterConfig
+from ..stages.quality.balance import BalanceConfig
+from ..stages.quality.dedup import DedupConfig
+from ..stages.quality.filter import FilterConfig
 from . import app
 from ._common import Quiet, console
 from ._shortcuts import Shortcut, config_options
@@ -176,7 +176,7 @@ def balance_cmd(
     clusters, and a bucket with too few rows is reported with how many it lacks.
     """
     from ..core.errors import ConfigError
-    from ..stages.balance import parse_mix
+    from ..stages.quality.balance import parse_mix
     from .run import run_single_stage
 
     try:

@@ -1,7 +1,9 @@
 """The stage registry: names to classes, discovery of the built-in and plugin stages.
 
-Every module of this package other than the machinery (``context``, ``kinds``, ``registry``)
-defines built-in stages; :func:`load_builtin_stages` finds them with :mod:`pkgutil` on first
+The built-in stages live in one subpackage per kind (``methods``, ``looptool``, ``quality``,
+``training``, ``plumbing``; the machinery — ``context``, ``kinds``, ``registry`` — and the
+shared helpers in ``common`` are not stages): every module of a kind subpackage defines
+stages, and :func:`load_builtin_stages` finds them with :mod:`pkgutil` on first
 lookup (so ``trajsynth --help`` stays fast and torch stays out of processes that never train),
 then loads the ``trajsynth.stages`` entry points of installed plugins. A module that does not
 import is an error naming the module and the exception, never a silently missing stage.
@@ -37,6 +39,8 @@ __all__ = [
 
 #: modules of this package that hold the machinery, not stages
 MACHINERY = frozenset({"context", "kinds", "registry"})
+#: the subpackage of helpers several stages share (no stages in it)
+COMMON = "common"
 #: entry-point group of third-party stage plugins
 ENTRY_POINT_GROUP = "trajsynth.stages"
 
@@ -64,14 +68,19 @@ def register(cls: type[Stage]) -> type[Stage]:
 
 
 def stage_modules(package: str = __package__) -> list[str]:
-    """The stage modules of ``package``: its plain modules (not subpackages, not the
-    machinery, not ``_private``), in name order."""
+    """The stage modules of ``package``: its plain modules (not the machinery, not
+    ``_private``) and those of its subpackages other than ``common`` (the kinds), in name
+    order."""
     pkg = importlib.import_module(package)
-    return [
-        f"{package}.{info.name}"
-        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name)
-        if not info.ispkg and not info.name.startswith("_") and info.name not in MACHINERY
-    ]
+    found: list[str] = []
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name in MACHINERY or info.name == COMMON:
+            continue
+        if info.ispkg:
+            found += stage_modules(f"{package}.{info.name}")
+        else:
+            found.append(f"{package}.{info.name}")
+    return found
 
 
 def import_stage_module(module: str) -> None:

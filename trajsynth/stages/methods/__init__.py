@@ -1,0 +1,1 @@
+"""Paper methods as stages: each module one method, named after it, citing its paper."""

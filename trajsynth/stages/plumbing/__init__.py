@@ -1,0 +1,3 @@
+"""Stages every pipeline needs that are not methods: sample, concat, split, and synthetic rows
+for tests and benchmarks.
+"""

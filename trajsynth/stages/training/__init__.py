@@ -1,0 +1,3 @@
+"""Training and evaluation as stages: SFT and GRPO of a student, and public benchmarks (BFCL:
+decontaminate the training rows, score the checkpoints).
+"""
