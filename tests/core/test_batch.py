@@ -74,11 +74,16 @@ def test_ground_truth_and_toolset_are_parsed_once_per_json_text() -> None:
     from trajsynth.envs.spec import Toolset
 
     rows = to_records(to_batch([_row(0), _row(1), _row(2, task=1)]))
-    first, same, other = (GroundTruth.from_json(r.ground_truth) for r in rows)
+    first, same, other = (r.ground_truth for r in rows)
+    assert isinstance(first, GroundTruth) and GroundTruth.from_json(first) is first
     assert first is same and first is not other
     assert first.turns[0].request == "task 0" and other.turns[0].request == "task 1"
-    # an equal value built elsewhere hits the same entry; None stays None
-    assert GroundTruth.from_json({"turns": [{"request": "task 0"}]}) is first
+    # the column holds the full dump; an equal value built elsewhere hits the same entry
+    text = to_batch([rows[0]]).column("ground_truth")[0].as_py()
+    assert text == json.dumps(first.model_dump(mode="json"))
+    assert GroundTruth.from_text(text) is first
+    assert GroundTruth.from_json(first.model_dump(mode="json")) is first
+    assert GroundTruth.from_json({"turns": [{"request": "task 0"}]}) == first
     assert GroundTruth.from_json(None) is None
     toolset = Toolset.shared(rows[0].tools)
     assert Toolset.shared(json.loads(json.dumps(TOOLS))) is toolset

@@ -266,3 +266,33 @@ def test_foreign_parquet_is_refused_naming_the_file(tmp_path: Path) -> None:
     pq.write_table(pa.table({"a": [1, 2]}), tmp_path / "foreign.parquet")
     with pytest.raises(DataError, match=r"foreign\.parquet.*not a trajsynth shard"):
         read_table(tmp_path)
+
+
+def test_ground_truth_is_typed_when_built_or_read_and_written_as_its_json_dump() -> None:
+    row = full_record()
+    gt = row.ground_truth
+    assert isinstance(gt, GroundTruth) and gt.turns[0].steps[0][0].name == "book_flight"
+    # the column holds exactly the text the stages wrote when they stored the dump themselves
+    text = json.dumps(gt.model_dump(mode="json"), ensure_ascii=False)
+    batch = to_batch([row])
+    assert batch.column("ground_truth").to_pylist() == [text]
+    # read back: a GroundTruth again (parsed from the text), written back byte for byte
+    back = to_records(batch)[0]
+    assert isinstance(back.ground_truth, GroundTruth) and back.ground_truth == gt
+    assert to_batch([back]).column("ground_truth").equals(batch.column("ground_truth"))
+    # a row built from the column's text, as from_row and JSONL readers do
+    assert Trajectory(id="x", task_id="t", ground_truth=text).ground_truth == gt
+
+
+def test_ground_truth_written_by_older_code_as_a_partial_dict_still_reads() -> None:
+    old = {"turns": [{"request": "hi", "steps": [[{"name": "f"}]]}]}
+    table = to_batch([full_record()]).to_pydict()
+    table["ground_truth"] = [json.dumps(old)]
+    row = to_records(pa.Table.from_pydict(table, schema=ARROW_SCHEMA))[0]
+    assert row.ground_truth == GroundTruth.model_validate(old)
+    assert row.ground_truth.flat_calls()[0].arguments == {}
+
+
+def test_a_ground_truth_that_is_no_ground_truth_is_refused() -> None:
+    with pytest.raises(ValueError, match="ground_truth"):
+        Trajectory(id="x", task_id="t", ground_truth={"turns": "not a list"})

@@ -85,7 +85,7 @@ def test_import_counts(raw: list[dict], rows) -> None:
     for row, run in zip(rows, raw, strict=True):
         assert row.rollouts_total == len(by_task[run["task_id"]])
         assert row.rollouts_passed == sum(1 for x in by_task[run["task_id"]] if x == 1)
-        gold = row.ground_truth["turns"][0]["steps"]
+        gold = row.ground_truth.model_dump(mode="json")["turns"][0]["steps"]
         assert [s[0]["name"] for s in gold] == [a["name"] for a in run["info"]["task"]["actions"]]
 
 

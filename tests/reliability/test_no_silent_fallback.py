@@ -151,7 +151,7 @@ def _gcp_failed(ctx: Context) -> list[Trajectory]:
         if req.messages[-1]["role"] == "tool":
             return RawChoice(content="Done.")
         goal = next(m["content"] for m in req.messages if m["role"] == "user")
-        first = by_goal[goal].ground_truth["turns"][0]["steps"][0][0]
+        first = by_goal[goal].ground_truth.turns[0].steps[0][0].model_dump(mode="json")
         args = dict(first["arguments"])
         for k, v in list(args.items())[:1]:
             args[k] = 7 if isinstance(v, int | float) else f"{v}x"
@@ -211,7 +211,7 @@ def test_arena_tool_code() -> None:
         name = req.messages[0]["content"].split("named `")[1].split("`")[0]
         outputs = {}
         for r in rows:
-            for c in (c for t in r.ground_truth["turns"] for s in t["steps"] for c in s):
+            for c in (c.model_dump() for c in r.ground_truth.flat_calls()):
                 if c["name"] == name:
                     outputs[json.dumps(c["arguments"], sort_keys=True)] = c.get("output")
         body = f"_OUT = {json.dumps(outputs)!r}\n"

@@ -57,7 +57,7 @@ def test_verified_rows_become_packages() -> None:
 
 def test_llm_tool_maker_is_retried_then_accepted_or_rejected() -> None:
     row = next(r for r in verified_rows() if r.task_id == "math-marathon-miles")
-    gold = row.ground_truth["turns"][0]["steps"][0][0]
+    gold = row.ground_truth.turns[0].steps[0][0].model_dump(mode="json")
     name = gold["name"]
     good = f"def {name}(**kwargs):\n    return {json.loads(json.dumps(gold['output']))!r}\n"
     bad = f"def {name}(**kwargs):\n    return {{'result': -1}}\n"

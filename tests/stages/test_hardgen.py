@@ -208,10 +208,10 @@ def test_wrong_twice_then_right_is_kept_with_three_attempts() -> None:
         assert "[Hints" not in r.messages[1].content and r.goal == r.messages[1].content
         names = [t["function"]["name"] for t in r.tools]
         assert not any(re.search(rf"\b{n}\b", r.goal) for n in names)
-        adv = r.ground_truth["extra"]["advanced_tool"]
+        adv = r.ground_truth.extra["advanced_tool"]
         assert adv["name"] == hg["target"] + "_adv" and adv["chain"][-1] == hg["target"]
         # the user's values are in the query; values from earlier outputs are not needed
-        for v in r.ground_truth["extra"]["advanced_arguments"].values():
+        for v in r.ground_truth.extra["advanced_arguments"].values():
             if isinstance(v, str):
                 assert v.lower() in r.goal.lower()
     # attempts 2 and 3 carried hints in what was sent
@@ -230,8 +230,7 @@ def test_default_simulated_roles_end_to_end() -> None:
     c = ctx.metrics.snapshot()["counters"]
     assert c["failure_apis"] >= 1 and len(out) >= 3
     for r in out:
-        gt = r.ground_truth
-        vals = gold_values([GoldCall(**x) for t in gt["turns"] for s in t["steps"] for x in s])
+        vals = gold_values(r.ground_truth.flat_calls())
         for h in r.extra["hardgen"]["hints"]:
             assert not any(re.search(rf"(?<![\w.]){re.escape(v)}(?!\w)", h, re.I) for v in vals)
         assert 2 <= r.num_tool_calls <= 8 and r.extra["hardgen"]["attempts"] <= 3

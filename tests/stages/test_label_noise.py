@@ -228,7 +228,7 @@ def episode(i: int, policy: str, set_: str, it: int, ok: bool, **extra: Any) -> 
 
 
 def test_report_intervals_paired_difference_and_jglv_precision_recall() -> None:
-    from trajsynth.stages.looptool.round.report import _markdown, build_report
+    from trajsynth.stages.looptool.report import _markdown, build_report
 
     n = 50
     rows = [episode(i, "teacher", "probe", 0, True) for i in range(n)]

@@ -82,7 +82,8 @@ def student(answers: dict[str, tuple[list[tuple[str, dict]], float]]):
 
 def gold(row: Trajectory) -> list[tuple[str, dict]]:
     gt = row.ground_truth
-    return [(c["name"], c["arguments"]) for c in gt["turns"][0]["steps"][0]]
+    assert gt is not None
+    return [(c.name, c.arguments) for c in gt.turns[0].steps[0]]
 
 
 # --------------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def test_jglv_label_wrong_by_consensus_is_replaced_by_the_prediction() -> None:
     assert seed.extra["jglv"]["correct"] == [{"name": "convert_currency", "arguments": PRED}]
     (fixed,) = out["corrected"]
     assert fixed.method == "jglv" and fixed.parent_ids == [rows[0].id]
-    assert fixed.ground_truth["turns"][0]["steps"][0][0]["arguments"] == PRED
+    assert fixed.ground_truth.turns[0].steps[0][0].arguments == PRED
     call = next(m for m in fixed.messages if m.tool_calls).tool_calls[0]
     assert json.loads(call.arguments) == PRED  # the trajectory follows the new label
     assert any(m.role == "tool" for m in fixed.messages)  # and it was executed
@@ -291,9 +292,7 @@ def test_edde_rejects_garbage_retries_at_most_three_times_and_keeps_provenance()
                 assert check_call(call, row.tools) == []
         tool_msgs = [m for m in row.messages if m.role == "tool"]
         assert tool_msgs and all("error" not in (m.content or "").lower() for m in tool_msgs)
-    assert sorted(
-        r.ground_truth["turns"][0]["steps"][0][0]["arguments"]["amount"] for r in kept
-    ) == [
+    assert sorted(r.ground_truth.turns[0].steps[0][0].arguments["amount"] for r in kept) == [
         40,
         75,
     ]
@@ -324,7 +323,7 @@ def test_edde_with_the_simulated_expander() -> None:
     kept = out.get("main", [])
     assert 1 <= len(kept) <= 3
     for row in kept:
-        assert row.ground_truth["turns"][0]["steps"][0][0]["name"] == "convert_currency"
+        assert row.ground_truth.turns[0].steps[0][0].name == "convert_currency"
 
 
 # --------------------------------------------------------------------------------------
@@ -407,7 +406,7 @@ def test_two_rounds_with_a_student_that_learns() -> None:
 
 
 def test_report_per_iteration_and_capability() -> None:
-    from trajsynth.stages.looptool.round.report import _markdown, build_report
+    from trajsynth.stages.looptool.report import _markdown, build_report
 
     def episode(i: int, policy: str, set_: str, it: int, cap: str, ok: bool) -> Trajectory:
         return CONVERT.derive(
@@ -543,8 +542,8 @@ def test_failure_context_with_a_call_without_arguments() -> None:
     """GCP stores the context before a mismatch without defaults, so a call with no
     arguments has no ``arguments`` key; JGLV's and EDDE's transcripts still show it (a
     student calling ``list_values()`` first used to crash the round)."""
-    from trajsynth.stages.looptool.round.edde import _original
-    from trajsynth.stages.looptool.round.jglv import _conversation
+    from trajsynth.stages.looptool.edde import _original
+    from trajsynth.stages.looptool.jglv import _conversation
 
     from trajsynth.core.schema import Message, ToolCall
 

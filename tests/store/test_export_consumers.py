@@ -116,7 +116,9 @@ def test_verl_parquet_has_verls_columns_and_one_row_per_task(run: Path, tmp_path
         assert rec["prompt"][1]["content"] == src.messages[1].content
         # the executable ground truth, as JSON text
         assert rec["reward_model"]["style"] == "rule"
-        assert json.loads(rec["reward_model"]["ground_truth"]) == src.ground_truth
+        assert json.loads(rec["reward_model"]["ground_truth"]) == src.ground_truth.model_dump(
+            mode="json"
+        )
         assert json.loads(info["tools"]) == src.tools
         assert info["need_tools_kwargs"] is True
         assert sorted(info["tools_kwargs"]) == offered

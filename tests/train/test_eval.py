@@ -106,7 +106,7 @@ def test_scoring_rules(tasks, gold) -> None:
     clar = next(t for t in tasks if t.extra["family"] == "math-clarify-interest")
     ctraj = next(g for g in gold if g.task_id == clar.task_id)
     skipped = [m for m in ctraj.messages if not (m.role == "assistant" and not m.tool_calls)]
-    skipped = [m for m in skipped if m.content != clar.ground_truth["turns"][0]["clarification"]]
+    skipped = [m for m in skipped if m.content != clar.ground_truth.turns[0].clarification]
     skipped.append(Message(role="assistant", content="Done."))
     assert score_episode(clar, skipped)["call_match"] == 0.0
     assert score_episode(clar, ctraj.messages)["call_match"] == 1.0

@@ -59,7 +59,7 @@ def _episode(row, make_env, calls: list[tuple[str, dict]] | None, answer: str = 
 
 def test_rewards_and_group_advantages_of_real_episodes(tasks, make_env) -> None:
     row = tasks[0]
-    gold = row.ground_truth["turns"][0]["steps"][0][0]
+    gold = row.ground_truth.turns[0].steps[0][0].model_dump(mode="json")
     right = [(gold["name"], gold["arguments"])]
     wrong = [(gold["name"], {**gold["arguments"], "amount": -1})]
     group = [_episode(row, make_env, c) for c in (right, wrong, wrong, None)]
@@ -84,7 +84,7 @@ def test_rewards_and_group_advantages_of_real_episodes(tasks, make_env) -> None:
 
 def test_reward_terms_are_configurable(tasks, make_env) -> None:
     row = tasks[0]
-    gold = row.ground_truth["turns"][0]["steps"][0][0]
+    gold = row.ground_truth.turns[0].steps[0][0].model_dump(mode="json")
     ep = _episode(row, make_env, [(gold["name"], gold["arguments"])])
     ep.format_errors = ["unclosed <tool_call>"]
     cfg = GRPOConfig(model="x", reward={"efficiency": 0.1, "format": 0.5})
@@ -98,7 +98,7 @@ def test_first_step_exact_is_the_multiset_match_of_the_first_turn(tasks, make_en
     from trajsynth.train.eval import first_step_exact
 
     row = tasks[0]
-    gold = row.ground_truth["turns"][0]["steps"][0][0]
+    gold = row.ground_truth.turns[0].steps[0][0].model_dump(mode="json")
     right = _episode(row, make_env, [(gold["name"], gold["arguments"])])
     wrong = _episode(row, make_env, [(gold["name"], {**gold["arguments"], "amount": -1})])
     twice = _episode(row, make_env, [(gold["name"], gold["arguments"])] * 2)
@@ -118,7 +118,7 @@ def test_first_step_exact_is_the_multiset_match_of_the_first_turn(tasks, make_en
 
 def test_gigpo_groups_by_state_hash(tasks, make_env) -> None:
     row = next(t for t in tasks if t.extra["family"] == "travel-convert")
-    gold = row.ground_truth["turns"][0]["steps"][0][0]
+    gold = row.ground_truth.turns[0].steps[0][0].model_dump(mode="json")
     right = [(gold["name"], gold["arguments"])]
     group = [_episode(row, make_env, right), _episode(row, make_env, None)]
     cfg = GRPOConfig(model="x", advantage="gigpo", scale_advantages=False, gamma=0.5)

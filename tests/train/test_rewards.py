@@ -28,7 +28,7 @@ def row():
 
 
 def _gold(row):
-    gold = row.ground_truth["turns"][0]["steps"][0][0]
+    gold = row.ground_truth.turns[0].steps[0][0].model_dump(mode="json")
     return [(gold["name"], gold["arguments"])], [
         (gold["name"], {**gold["arguments"], "amount": -1})
     ]

@@ -6,7 +6,8 @@ groups (docs/architecture.md, "The trajectory record"):
 
 - identity: ``id`` (a hash of the inputs that produced the row), ``schema_version``
 - task: ``task_id``, ``goal``, ``domain``, ``env_version`` (the environment's version the
-  row was played in), ``capabilities``, ``ground_truth`` (JSON)
+  row was played in), ``capabilities``, ``ground_truth`` (a
+  :class:`~trajsynth.core.task.GroundTruth`, stored as JSON text)
 - tools: ``tools`` (JSON, the OpenAI ``tools`` list offered to the model)
 - conversation: ``messages`` in the OpenAI chat format
 - per-step annotations, one entry per assistant message: ``step_rewards``, ``step_flags``,
@@ -21,6 +22,10 @@ groups (docs/architecture.md, "The trajectory record"):
 
 Fields typed ``Json`` hold any JSON value in Python and are stored as JSON text in Arrow, so
 that heterogeneous structures (tool schemas, ground truth) never need a unified Arrow type.
+``ground_truth`` is such a column too, but typed: it is validated into a ``GroundTruth`` once,
+where a row is built or read (from a dict or from the column's JSON text), and written back as
+``json.dumps(gt.model_dump(mode="json"))`` — the text the stages wrote when they stored the
+dump themselves.
 """
 
 from __future__ import annotations
@@ -32,9 +37,10 @@ import typing
 from typing import Annotated, Any, Literal, Union
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from .ids import stable_id
+from .task import GroundTruth
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -158,7 +164,7 @@ class Trajectory(BaseModel):
     capabilities: list[str] = Field(
         default_factory=list, description="Capability tags, e.g. dependent_calls, parallel_calls."
     )
-    ground_truth: Json = Field(
+    ground_truth: Annotated[GroundTruth | None, JSON_COLUMN] = Field(
         default=None,
         description="Expected calls and/or final state (trajsynth.core.task.GroundTruth as JSON).",
     )
@@ -224,6 +230,17 @@ class Trajectory(BaseModel):
     seed: int = Field(default=0, description="Seed the row was produced with.")
     created_at: dt.datetime = Field(default_factory=_utcnow, description="UTC creation time.")
     extra: Json = Field(default_factory=dict, description="Method-specific JSON.")
+
+    @field_validator("ground_truth", mode="before")
+    @classmethod
+    def _ground_truth(cls, value: Any) -> Any:
+        # one parse per distinct value (GroundTruth.from_json caches by text): the rows of a
+        # task share one read-only GroundTruth
+        if isinstance(value, str):
+            return GroundTruth.from_text(value)
+        if isinstance(value, dict):
+            return GroundTruth.from_json(value)
+        return value
 
     @model_validator(mode="after")
     def _derive_counts(self) -> Trajectory:
@@ -316,13 +333,16 @@ class Trajectory(BaseModel):
     def from_row(cls, row: dict[str, Any], values: dict[str, Any] | None = None) -> Trajectory:
         """Inverse of :meth:`to_row` (also accepts rows from ``pa.Table.to_pylist``).
 
-        ``values`` (JSON text → value) lets a caller converting many rows decode the tools or
-        ground truth that several rows carry (the rows of one domain, of one task) once; those
-        rows then share the value (rows are never edited in place).
+        ``values`` (JSON text → value) lets a caller converting many rows decode the tools
+        that several rows carry (the rows of one domain) once; those rows then share the value
+        (rows are never edited in place). The ground truth's text is parsed by the field's
+        validator, once per distinct text (``GroundTruth.from_text``).
         """
         row = dict(row)
         for name in _JSON_FIELDS:
             value = row.get(name)
+            if name == "ground_truth":  # the field's validator parses the text (cached)
+                continue
             if isinstance(value, str):
                 if values is None or name not in _SHARED_JSON:
                     row[name] = json.loads(value)
@@ -341,18 +361,22 @@ class Trajectory(BaseModel):
 
 def _json_text(value: Any, texts: dict[int, tuple[Any, str]] | None) -> str | None:
     """A JSON column's text: ``json.dumps`` of the value (of its plain-Python dump when it
-    holds objects that are not JSON, as records or dataclasses inside ``extra``)."""
+    holds objects that are not JSON, as records or dataclasses inside ``extra``; of its JSON
+    dump for the ground truth)."""
     if value is None:
         return None
     if texts is not None:
         hit = texts.get(id(value))
         if hit is not None and hit[0] is value:
             return hit[1]
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except TypeError:
-        text = json.dumps(_ANY.dump_python(value), ensure_ascii=False)
-    if texts is not None and isinstance(value, (dict, list)):
+    if isinstance(value, BaseModel):  # the ground truth
+        text = json.dumps(value.model_dump(mode="json"), ensure_ascii=False)
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except TypeError:
+            text = json.dumps(_ANY.dump_python(value), ensure_ascii=False)
+    if texts is not None and isinstance(value, (dict, list, BaseModel)):
         texts[id(value)] = (value, text)
     return text
 
@@ -428,7 +452,7 @@ def arrow_schema() -> pa.Schema:
 _JSON_FIELDS = tuple(n for n, i in Trajectory.model_fields.items() if _is_json(i))
 _JSON_EXCLUDE = frozenset(_JSON_FIELDS)
 #: JSON columns whose text many rows repeat (decoded once per text by :func:`to_records`)
-_SHARED_JSON = frozenset({"tools", "ground_truth"})
+_SHARED_JSON = frozenset({"tools"})
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 _MAP_FIELDS = tuple(
     n for n, i in Trajectory.model_fields.items() if typing.get_origin(i.annotation) is dict

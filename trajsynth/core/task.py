@@ -103,6 +103,12 @@ class GroundTruth(BaseModel):
             return cls.model_validate(value)
         return _parse_ground_truth(text)
 
+    @classmethod
+    def from_text(cls, text: str) -> GroundTruth:
+        """Parse the ``ground_truth`` column's JSON text (cached like :meth:`from_json`: the
+        object is shared, read-only)."""
+        return _parse_ground_truth(text)
+
 
 @functools.lru_cache(maxsize=1024)
 def _parse_ground_truth(text: str) -> GroundTruth:

@@ -148,7 +148,7 @@ class ArenaPackage(StrictModel):
             task_id=f"arena-{self.uuid}",
             goal=self.main_question,
             domain=self.domain,
-            ground_truth=gt.model_dump(mode="json"),
+            ground_truth=gt,
             tools=self.tools,
             messages=[
                 Message(role="system", content=system_prompt()),
@@ -493,7 +493,7 @@ def pack_arena(
     where = f"row {row.id}"
     if require_success and not row.success:
         raise ArenaError(f"{where} is not a verified success; only verified tasks are packed")
-    gt = GroundTruth.from_json(row.ground_truth)
+    gt = row.ground_truth
     if gt is None or not gt.flat_calls():
         raise ArenaError(f"{where} has no gold calls to decompose")
     if gt.extra.get("expected_errors"):

@@ -140,7 +140,7 @@ def as_ground_truth(task: GroundTruth | Trajectory | dict[str, Any] | None) -> G
     if task is None or isinstance(task, GroundTruth):
         return task
     if isinstance(task, Trajectory):
-        return GroundTruth.from_json(task.ground_truth)
+        return task.ground_truth
     return GroundTruth.model_validate(task)
 
 

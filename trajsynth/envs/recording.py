@@ -162,7 +162,7 @@ class Recorder:
     def add_trajectory(self, traj: Trajectory, *, seed: int | None = None) -> int:
         """Step 4: record the trajectory's calls and the tool messages that answered them.
         Returns how many calls were recorded."""
-        gt = GroundTruth.from_json(traj.ground_truth)
+        gt = traj.ground_truth
         seed = gt.env_seed if gt and seed is None else (seed or 0)
         init = gt.initial_state if gt else None
         state = root_key(traj.domain, seed, init)

@@ -165,7 +165,7 @@ class ExampleTask(BaseModel):
             goal=self.goal,
             domain=self.domain,
             capabilities=list(self.capabilities),
-            ground_truth=self.ground_truth.model_dump(mode="json"),
+            ground_truth=self.ground_truth,
             tools=tools.to_openai(),
             method="example",
         )

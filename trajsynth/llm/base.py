@@ -6,7 +6,7 @@ A stage asks its context for a role (``ctx.llm("teacher")``) and awaits ``chat``
         messages,                      # OpenAI chat messages (dicts or core Message)
         tools=row.tools,               # the OpenAI `tools` list, or None
         n=1, temperature=0.7, seed=ctx.row_seed(row.id),
-        metadata={"role": "teacher", "ground_truth": row.ground_truth},  # read by the simulator
+        metadata={"role": "teacher", "ground_truth": row.ground_truth.model_dump(mode="json")},
     )
     if result.ok:
         msg = result.choices[0].message        # a trajsynth.core.Message (assistant)

@@ -183,7 +183,7 @@ def tau_trajectories(
                 goal=task.get("instruction", ""),
                 domain=f"tau-{domain}",
                 capabilities=_capabilities(messages),
-                ground_truth=gold.model_dump(mode="json"),
+                ground_truth=gold,
                 tools=tool_list,
                 messages=messages,
                 success=reward >= 1.0,

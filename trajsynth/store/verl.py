@@ -129,7 +129,9 @@ def verl_rows(
             skipped["no_prompt"] += 1
             continue
         seen.add(t.task_id)
-        truth = json.dumps(t.ground_truth, ensure_ascii=False, sort_keys=True)
+        truth = json.dumps(
+            t.ground_truth.model_dump(mode="json"), ensure_ascii=False, sort_keys=True
+        )
         create = {"domain": t.domain, "task_id": t.task_id}
         query = next((m["content"] for m in prompt if m["role"] == "user"), t.goal)
         yield {

@@ -90,7 +90,7 @@ def score_episode(
     """Steps 1-5 for one episode; ``make_env`` enables the final-state check."""
     from ..envs.verifiers import exact_multiset_reward, required_outputs_present
 
-    gt = GroundTruth.from_json(row.ground_truth)
+    gt = row.ground_truth
     if gt is None:
         raise ValueError(f"task {row.task_id} has no ground truth")
     gold = gold_steps(gt)
@@ -164,12 +164,12 @@ def step_outcomes(
 
     >>> from trajsynth.core.task import GoldTurn
     >>> gt = GroundTruth(turns=[GoldTurn(request="hi", steps=[])])
-    >>> row = Trajectory(id="r", task_id="t", ground_truth=gt.model_dump(mode="json"))
+    >>> row = Trajectory(id="r", task_id="t", ground_truth=gt)
     >>> step_outcomes(row, [Message(role="assistant", content="hello"),
     ...                     Message(role="assistant", content="again")])
     [1.0, 0.0]
     """
-    gt = GroundTruth.from_json(row.ground_truth)
+    gt = row.ground_truth
     if gt is None:
         raise ValueError(f"task {row.task_id} has no ground truth")
     gold, pred = gold_steps(gt), predicted_steps(messages)
@@ -193,7 +193,7 @@ def first_step_exact(row: Trajectory, messages: Sequence[Message]) -> float:
     ``reward_fn``."""
     from ..envs.verifiers import exact_multiset_reward
 
-    gt = GroundTruth.from_json(row.ground_truth)
+    gt = row.ground_truth
     if gt is None:
         raise ValueError(f"task {row.task_id} has no ground truth")
     gold = gold_steps(gt)[0]

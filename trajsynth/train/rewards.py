@@ -239,9 +239,8 @@ def _judge_body(ep: Rollout) -> str:
 
 def _judge_meta(ep: Rollout, dimensions: Sequence[str]) -> dict[str, Any]:
     """What the simulator reads (an endpoint ignores it unless asked to send metadata)."""
-    from ..core.task import GroundTruth
 
-    gt = GroundTruth.from_json(ep.row.ground_truth)
+    gt = ep.row.ground_truth
     calls = [
         {"name": c.name, "arguments": c.parsed_arguments()}
         for m in ep.messages

@@ -309,7 +309,7 @@ async def _one(
     seed: int,
 ) -> Rollout:
     """Steps 1-4 for one episode."""
-    gt = GroundTruth.from_json(row.ground_truth) or GroundTruth()
+    gt = row.ground_truth or GroundTruth()
     limits = EpisodeLimits(
         max_steps=cfg.max_steps,
         max_steps_per_turn=cfg.max_steps,

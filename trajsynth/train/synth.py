@@ -364,7 +364,7 @@ def env_maker(max_observation_chars: int | None = 16_000) -> Callable[[Trajector
     factory = EnvFactory({"max_observation_chars": max_observation_chars})
 
     def make(row: Trajectory) -> Any:
-        gt = GroundTruth.from_json(row.ground_truth) or GroundTruth()
+        gt = row.ground_truth or GroundTruth()
         return factory.make(row.domain, seed=gt.env_seed, initial_state=gt.initial_state)
 
     return make
@@ -379,7 +379,7 @@ def _final_answer(gt: GroundTruth) -> str:
 def gold_trajectory(row: Trajectory, make_env: Callable[[Trajectory], Any]) -> Trajectory:
     """Step 4: the trajectory that follows the task's gold calls (tool messages as the
     environment formats them)."""
-    gt = GroundTruth.from_json(row.ground_truth)
+    gt = row.ground_truth
     if gt is None:
         raise ValueError(f"task {row.task_id} has no ground truth")
     env = make_env(row)

@@ -153,7 +153,7 @@ def verify_trajectory(
     """Final state (steps 1-3) and required outputs (step 4) of a trajectory, as data:
     ``{"ok", "state_ok", "outputs_ok", "missing_outputs", "expected_hash", "actual_hash",
     "diff"}``."""
-    gt = GroundTruth.from_json(traj.ground_truth)
+    gt = traj.ground_truth
     if gt is None:
         raise ValueError(f"trajectory {traj.id} has no ground truth")
     state = final_state_match(traj, gt, make_env, use_cached=use_cached)

@@ -79,7 +79,7 @@ class RolloutLimits(StageConfig):
 
 def task_of(row: Trajectory) -> tuple[GroundTruth | None, list[Message]]:
     """The row's ground truth and the messages an episode starts from."""
-    gt = GroundTruth.from_json(row.ground_truth)
+    gt = row.ground_truth
     opening = row.opening()
     if not opening:
         request = gt.turns[0].request if gt is not None and gt.turns else row.goal
@@ -94,10 +94,9 @@ def expected_steps(row: Trajectory) -> float:
     """Assistant messages a correct episode of the task takes (gold steps, one answer per
     turn, one question per clarify turn): the rollout stages' scheduling priority."""
     gt = row.ground_truth
-    if not isinstance(gt, dict):
+    if gt is None:
         return 0.0
-    turns = gt.get("turns") or []
-    return float(sum(len(t.get("steps") or []) + 1 + (t.get("kind") == "clarify") for t in turns))
+    return float(sum(len(t.steps) + 1 + (t.kind == "clarify") for t in gt.turns))
 
 
 def make_env(ctx: Context, row: Trajectory, gt: GroundTruth | None) -> Environment:

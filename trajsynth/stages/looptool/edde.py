@@ -295,7 +295,7 @@ class EDDE(GlobalStage[EDDEConfig]):
         # 1) seeds
         for row in (r for b in batches for r in to_records(b)):
             jglv = (row.extra or {}).get("jglv") or {}
-            gt = GroundTruth.from_json(row.ground_truth)
+            gt = row.ground_truth
             correct = jglv.get("correct")
             if (
                 gt is None

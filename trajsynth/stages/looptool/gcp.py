@@ -47,7 +47,6 @@ from ...core.batch import to_records
 from ...core.errors import ConfigError
 from ...core.ids import stable_id
 from ...core.schema import Message, Trajectory
-from ...core.task import GroundTruth
 from ...envs.verifiers import exact_multiset_reward
 from ...train.eval import evaluate, gold_steps, predicted_steps
 from ...train.modeling import resolve_device
@@ -86,7 +85,7 @@ class GCPConfig(StageConfig):
 
 def _first_mismatch(row: Trajectory, messages: Sequence[Message]) -> dict[str, Any]:
     """Step 4: the first step where prediction and gold differ as multisets."""
-    gt = GroundTruth.from_json(row.ground_truth)
+    gt = row.ground_truth
     assert gt is not None
     gold = gold_steps(gt)
     pred = predicted_steps(messages)
@@ -136,7 +135,7 @@ class GCP(GlobalStage[GCPConfig]):
             role = cfg.role
 
             def metadata(row: Trajectory) -> dict[str, Any] | None:
-                gt = GroundTruth.from_json(row.ground_truth)
+                gt = row.ground_truth
                 return {"role": role, "ground_truth": sim_task(gt)} if gt else None
 
             return ChatPlayer(ctx.llm(role), logprobs=True, metadata=metadata), role

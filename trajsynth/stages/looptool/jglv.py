@@ -53,7 +53,7 @@ from ...core.batch import to_records
 from ...core.errors import InfraError
 from ...core.ids import stable_id
 from ...core.schema import Message, Trajectory
-from ...core.task import GoldCall, GroundTruth
+from ...core.task import GoldCall
 from ...llm.sim.contracts import VERDICT_STATUS, VERDICTS
 from ..common.label_noise import NOISE_KEY, noise_of
 from ..common.looptool import context_calls, locate_step, run_gold, step_text
@@ -139,7 +139,7 @@ def replace_label(row: Trajectory, step: int, prediction: Any, ctx: Context) -> 
     """Step 5: the row with gold step ``step`` replaced by the prediction's calls, its
     trajectory rebuilt by executing the new gold; None when it cannot be (a text step, an
     execution error)."""
-    gt = GroundTruth.from_json(row.ground_truth)
+    gt = row.ground_truth
     where = locate_step(gt, step) if gt is not None else None
     if gt is None or where is None or not isinstance(prediction, list) or not prediction:
         return None

@@ -38,7 +38,6 @@ from pydantic import Field
 from ...core.batch import to_records
 from ...core.ids import seed_from, stable_hash
 from ...core.schema import Trajectory
-from ...core.task import GroundTruth
 from ..common.label_noise import (
     KINDS,
     NOISE_KEY,
@@ -111,7 +110,7 @@ class LabelNoise(GlobalStage[LabelNoiseConfig]):
 
     def _corrupt(self, row: Trajectory, ctx: Context) -> Trajectory | None:
         """Steps 2-4 for one row, or None when its last call step cannot be made wrong."""
-        gt = GroundTruth.from_json(row.ground_truth)
+        gt = row.ground_truth
         where = last_call_step(gt) if gt is not None else None
         if gt is None or where is None:
             return None

@@ -36,7 +36,6 @@ from pydantic import Field
 
 from ...core.ids import stable_id
 from ...core.schema import Message, Trajectory
-from ...core.task import GroundTruth
 from ...envs.arena import ArenaError, pack_arena
 from ...envs.sandbox import Sandbox
 from ..context import Context
@@ -146,7 +145,7 @@ class Arena(RowStage[ArenaConfig]):
         cfg = self.config
         from ...envs.arena import run_code
 
-        gt = GroundTruth.from_json(row.ground_truth)
+        gt = row.ground_truth
         if gt is None:
             ctx.metrics.inc("rejected.no_gold")
             return None

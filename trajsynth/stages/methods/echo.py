@@ -419,7 +419,7 @@ class Echo(RowsGlobalStage[EchoConfig]):
         candidates: dict[str, list[_Goal]] = {}
         for row in rows:
             ctx.metrics.inc("rows")
-            gt = GroundTruth.from_json(row.ground_truth)
+            gt = row.ground_truth
             if gt is None or row.domain not in ctx.envs.domains():
                 ctx.metrics.inc("skipped.no_environment")
                 continue
@@ -594,7 +594,7 @@ class Echo(RowsGlobalStage[EchoConfig]):
             goal=rw.query,
             domain=row.domain,
             capabilities=caps,
-            ground_truth=gt.model_dump(mode="json"),
+            ground_truth=gt,
             tools=row.tools,
             **passed_columns(result, verdict),
             extra={

@@ -571,7 +571,7 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
         for role, row, failed in await asyncio.gather(*jobs):
             if failed is None:
                 continue
-            gt = GroundTruth.from_json(row.ground_truth)
+            gt = row.ground_truth
             assert gt is not None
             for g, bad in zip(gt.flat_calls(), failed, strict=True):
                 stats.add(role, row.domain, g.name, bad, row.id)
@@ -708,7 +708,7 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
         tools = ctx.envs.toolset(h.domain).to_openai()
         row_id = stable_id("hardgen", ctx.config_hash, ctx.seed, h.domain, h.index)
         task = Trajectory(id=row_id, task_id=f"hg-{h.domain}-{row_id[:12]}", domain=h.domain,
-                          ground_truth=gt.model_dump(mode="json"), tools=tools)  # fmt: skip
+                          ground_truth=gt, tools=tools)  # fmt: skip
         opening = [
             Message(role="system", content=system_prompt(domain_policy(h.domain))),
             Message(role="user", content=h.query),

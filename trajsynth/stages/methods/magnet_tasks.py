@@ -575,7 +575,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
             goal=turns[0].request,
             domain=cand.domain,
             capabilities=sorted(caps),
-            ground_truth=gt.model_dump(mode="json"),
+            ground_truth=gt,
             tools=tools,
             messages=[
                 Message(role="system", content=system),

@@ -82,7 +82,7 @@ class QATasks(SourceStage[QATasksConfig]):
                     domain=cfg.domain,
                     env_version=ctx.envs.version(cfg.domain),
                     capabilities=caps,
-                    ground_truth=gt.model_dump(mode="json"),
+                    ground_truth=gt,
                     tools=tools,
                     extra={"answers": q.answers, "hops": q.hops, "docs": q.docs},
                     **ctx.provenance(method="qa_tasks"),

@@ -315,7 +315,7 @@ class Steca(GlobalStage[StecaConfig]):
         ctx.metrics.inc("tasks")
         failed = [r for r in rows if r.success is False and r.messages]
         ctx.metrics.inc("failed_rollouts", len(failed))
-        gt = GroundTruth.from_json(rows[0].ground_truth)
+        gt = rows[0].ground_truth
         if not failed or gt is None or rows[0].domain not in ctx.envs.domains():
             ctx.metrics.inc("skipped.tasks")
             return []

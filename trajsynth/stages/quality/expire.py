@@ -27,7 +27,6 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ...core.schema import Trajectory
-from ...core.task import GroundTruth
 from ..common.replay import final_state_holds, replay_calls
 from ..context import Context
 from ..kinds import Emit, RowStage, StageConfig
@@ -74,7 +73,7 @@ class Expire(RowStage[ExpireConfig]):
             ctx.metrics.inc("current")
             return [row]
         ctx.metrics.inc("replayed")
-        gt = GroundTruth.from_json(row.ground_truth) if row.ground_truth is not None else None
+        gt = row.ground_truth
         ok, reason = replay_calls(row, gt, ctx.envs)
         if ok and cfg.final_state and gt is not None and gt.final_state_hash is not None:
             ok, reason = final_state_holds(row, gt, ctx.envs)

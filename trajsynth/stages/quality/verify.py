@@ -201,7 +201,7 @@ class Verify(RowStage[VerifyConfig]):
         cfg = self.config
         out = _Outcome()
         steps = row.assistant_steps()
-        gt = GroundTruth.from_json(row.ground_truth) if row.ground_truth is not None else None
+        gt = row.ground_truth
         ctx.metrics.inc("rows")
         if not steps:
             out.skipped = {layer: "no conversation" for layer in LAYERS}
@@ -311,7 +311,7 @@ class Verify(RowStage[VerifyConfig]):
         )
         calls = [{"name": c.name, "arguments": c.parsed_arguments() or {}} for c in row.calls()]
         results = [m.content or "" for m in row.messages if m.role == "tool"]
-        gold = GroundTruth.from_json(row.ground_truth) if row.ground_truth else None
+        gold = row.ground_truth
         reference = (
             [c.model_dump(include={"name", "arguments"}) for c in gold.flat_calls()]
             if gold and gold.flat_calls()

@@ -157,7 +157,7 @@ def _run_envs(tasks: list[Any], ctx: Context) -> Any:
         return None
 
     def make(row: Any) -> Any:
-        gt = GroundTruth.from_json(row.ground_truth) or GroundTruth()
+        gt = row.ground_truth or GroundTruth()
         return ctx.envs.make(row.domain, seed=gt.env_seed, initial_state=gt.initial_state)
 
     return make
