@@ -49,8 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import extras
 from ..core.batch import to_records
-from ..core.errors import UserError
+from ..core.errors import DataError, UserError
 from ..core.schema import Message, Trajectory
 from .integrity import verify_shards
 from .shards import count_rows, iter_batches, list_shards
@@ -106,34 +107,34 @@ def to_trl_row(t: Trajectory) -> dict[str, Any]:
 
 def to_dpo_row(t: Trajectory) -> dict[str, Any] | None:
     """The TRL DPO record of a row holding a pair in ``extra["dpo"]`` (None otherwise)."""
-    pair = t.extra.get("dpo") if isinstance(t.extra, dict) else None
-    if not isinstance(pair, dict):
+    pair = extras.get(t.extra, extras.DpoPair)
+    if pair is None:
         return None
-    k, n = int(pair["prompt_len"]), int(pair["chosen_len"])
-    rejected = [Message.model_validate(m) for m in pair.get("rejected", [])]
+    k, n = pair.prompt_len, pair.chosen_len
     return {
         "id": t.id,
         "prompt": [to_chat_message(m) for m in t.messages[:k]],
         "chosen": [to_chat_message(m) for m in t.messages[k : k + n]],
-        "rejected": [to_chat_message(m) for m in rejected],
+        "rejected": [to_chat_message(m) for m in pair.rejected],
         "tools": json.dumps(t.tools, ensure_ascii=False),
     }
 
 
 def to_steca_row(t: Trajectory) -> dict[str, Any] | None:
     """STeCa's record of a row the ``steca`` stage made (None for other rows)."""
-    rec = t.extra.get("steca") if isinstance(t.extra, dict) else None
-    if not isinstance(rec, dict) or "prompt_len" not in rec:
+    rec = extras.get(t.extra, extras.StecaRecord)
+    if rec is None or rec.prompt_len is None or rec.chosen_len is None:
         return None
-    k, n = int(rec["prompt_len"]), int(rec["chosen_len"])
-    rejected = [Message.model_validate(m) for m in rec.get("rejected", [])]
+    k, n = rec.prompt_len, rec.chosen_len
+    if rec.deviation is None or rec.reward is None:
+        raise DataError(f'row {t.id}: extra["steca"] has a pair but no deviation or reward')
     return {
         "id": t.id,
         "prompt": [to_chat_message(m) for m in t.messages[:k]],
         "chosen": [to_chat_message(m) for m in t.messages[k : k + n]],
-        "rejected": [to_chat_message(m) for m in rejected],
-        "deviation": float(rec["deviation"]),
-        "reward": float(rec["reward"]),
+        "rejected": [to_chat_message(m) for m in rec.rejected],
+        "deviation": rec.deviation,
+        "reward": rec.reward,
         "tools": json.dumps(t.tools, ensure_ascii=False),
     }
 

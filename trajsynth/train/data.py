@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import DataError
+from ..core.extras import weight_of
 from ..core.schema import Trajectory
 from .template import row_messages
 
@@ -121,17 +122,11 @@ def sample_weight(row: Trajectory) -> float:
     >>> sample_weight(Trajectory(id="r", task_id="t", extra={"steca": {"reward": 1.01}}))
     1.01
     """
-    extra = row.extra if isinstance(row.extra, dict) else {}
-    value = extra.get("weight")
-    if value is None and isinstance(extra.get("steca"), dict):
-        value = extra["steca"].get("reward")
-    if value is None:
-        return 1.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DataError(f"row {row.id}: its weight {value!r} is not a number")
-    if not value >= 0 or value == float("inf"):
-        raise DataError(f"row {row.id}: its weight {value} is not a finite number ≥ 0")
-    return float(value)
+    try:
+        value = weight_of(row.extra)
+    except DataError as exc:
+        raise DataError(f"row {row.id}: {exc}") from None
+    return 1.0 if value is None else value
 
 
 def step_weights(row: Trajectory) -> list[float] | None:

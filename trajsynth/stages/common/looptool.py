@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...core.errors import EndpointError
+from ...core.extras import GcpRecord, get
 from ...core.schema import Message, ToolCall, Trajectory
 from ...core.task import GoldCall, GroundTruth
 from ...envs.verifiers.schema import normalize_call
@@ -45,7 +46,8 @@ def origin_of(row: Trajectory) -> str:
         return "hindsight"
     if row.method == "hardgen":
         return "hard"
-    if ((row.extra or {}).get("gcp") or {}).get("status") == "hard":
+    gcp = get(row.extra, GcpRecord)
+    if gcp is not None and gcp.status == "hard":
         return "high_ppl"
     return "seed"
 
@@ -114,7 +116,7 @@ def run_gold(
     truth gets the final state these calls reach (``final_state_hash``), so that ``verify``
     checks it. An endpoint error of a simulated tool (the ``tool`` role) is raised, not taken
     for a failing call."""
-    task = row.derive(ground_truth=gt.model_dump(mode="json"), messages=[])
+    task = row.derive(ground_truth=gt, messages=[])
     env = make_env(ctx, task, gt)
     try:
         env.reset(gt)
@@ -132,7 +134,7 @@ def run_gold(
                     return None
         if rehash:
             gt = gt.model_copy(update={"final_state_hash": env.state_hash()})
-            task = task.derive(ground_truth=gt.model_dump(mode="json"))
+            task = task.derive(ground_truth=gt)
         traj = gold_trajectory(task, lambda r: make_env(ctx, r, gt))
     except EndpointError:  # a simulated tool's endpoint failed: not the calls' fault
         raise

@@ -51,6 +51,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from ...core.batch import to_records
+from ...core.extras import GcpRecord, LoopToolOrigin, get
 from ...core.location import put_file
 from ...core.schema import Trajectory
 from ...quality.balance import BUCKETS
@@ -185,8 +186,8 @@ def _label_noise(
         noisy = [e for e in probed if noise_of(e.extra)]
         judged = []
         for e in noisy:
-            gcp, noise = (e.extra or {}).get("gcp") or {}, noise_of(e.extra) or {}
-            if gcp.get("status") == "failed" and gcp.get("step") == noise.get("step"):
+            gcp, noise = get(e.extra, GcpRecord), noise_of(e.extra) or {}
+            if gcp is not None and gcp.status == "failed" and gcp.step == noise.get("step"):
                 judged.append(e)
         judged_ids = {e.parent_ids[0] for e in judged if e.parent_ids}
         relabelled = [r for r in made.get(k, []) if r.method == "jglv"]
@@ -256,9 +257,9 @@ def build_report(
     data: list[Trajectory] = []
     final: list[Trajectory] = []
     for r in rows:
-        gcp = (r.extra or {}).get("gcp")
+        gcp = get(r.extra, GcpRecord)
         if r.method == "gcp" and gcp:
-            episodes[(gcp.get("policy", "student"), gcp.get("set", "data"), r.iteration)].append(r)
+            episodes[(gcp.policy, gcp.set, r.iteration)].append(r)
         elif r.difficulty:  # graded: the final dataset
             final.append(r)
         else:
@@ -280,9 +281,9 @@ def build_report(
     made_rows: dict[int, list[Trajectory]] = defaultdict(list)
     made: dict[int, Counter[str]] = defaultdict(Counter)
     for r in data:
-        lt = (r.extra or {}).get("looptool")
-        made[lt["iteration"] if lt else 0][lt["origin"] if lt else "seed"] += 1
-        made_rows[lt["iteration"] if lt else 0].append(r)
+        lt = get(r.extra, LoopToolOrigin)
+        made[lt.iteration if lt else 0][lt.origin if lt else "seed"] += 1
+        made_rows[lt.iteration if lt else 0].append(r)
     out_iters = []
     for k in iterations:
         trained = made.get(k - 1, Counter())

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from ...core.batch import to_records
+from ...core.extras import LoopToolOrigin, with_
 from ...core.ids import stable_id
 from ...core.schema import Trajectory
 from ..common.looptool import ORIGINS, origin_of
@@ -57,10 +58,7 @@ class LoopToolRound(GlobalStage[StageConfig]):
             # 1) origin; 2) the new row
             origin = origin_of(row)
             counts[origin] += 1
-            extra = {
-                **(row.extra or {}),
-                "looptool": {"origin": origin, "iteration": ctx.iteration},
-            }
+            extra = with_(row.extra, LoopToolOrigin(origin=origin, iteration=ctx.iteration))
             out.append(
                 row.derive(
                     id=stable_id("looptool", row.id, ctx.iteration),

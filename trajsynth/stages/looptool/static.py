@@ -29,6 +29,7 @@ from pydantic import Field
 
 from ...core.batch import to_records
 from ...core.errors import DataError
+from ...core.extras import LoopToolOrigin, get
 from ...core.ids import stable_hash
 from ...core.schema import Trajectory
 from ..context import Context
@@ -53,7 +54,7 @@ class LoopToolStaticConfig(StageConfig):
 def trained_rows(rows: list[Trajectory], after_round: int = 0) -> int:
     """Step 2: rows of the loop's data trained on after round ``after_round`` (seed rows count
     as round 0's dataset; the last round's dataset is never trained on)."""
-    rounds = [int((r.extra or {}).get("looptool", {}).get("iteration", 0)) for r in rows]
+    rounds = [lt.iteration if (lt := get(r.extra, LoopToolOrigin)) else 0 for r in rows]
     last = max(rounds, default=0)
     return sum(1 for k in rounds if after_round <= k < last or (k == 0 and after_round == 0))
 

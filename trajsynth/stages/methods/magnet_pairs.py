@@ -35,6 +35,7 @@ from typing import Any
 
 from pydantic import Field
 
+from ...core.extras import DpoPair, with_
 from ...core.ids import canonical_json, stable_id
 from ...core.schema import Message, ToolCall, Trajectory
 from ...core.task import GoldCall, GroundTruth
@@ -220,16 +221,16 @@ class MagnetPairs(RolloutStage[MagnetPairsConfig]):
             update={
                 "id": stable_id("magnet_pairs", ctx.config_hash, row.id, "pair", turn, k),
                 "parent_ids": [row.id, positive.id],
-                "extra": {
-                    **positive.extra,
-                    "dpo": {
-                        "turn": turn,
-                        "prompt_len": prompt_len,
-                        "chosen_len": len(chosen),
-                        "rejected": [m.model_dump(mode="json") for m in rejected],
-                        "negative_rollout": k,
-                    },
-                },
+                "extra": with_(
+                    positive.extra,
+                    DpoPair(
+                        turn=turn,
+                        prompt_len=prompt_len,
+                        chosen_len=len(chosen),
+                        rejected=rejected,
+                        negative_rollout=k,
+                    ),
+                ),
             }
         )
 

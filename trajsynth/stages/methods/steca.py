@@ -79,6 +79,7 @@ from pydantic import Field
 
 from ...core.batch import to_batch, to_records
 from ...core.errors import InfraError
+from ...core.extras import DpoPair, with_
 from ...core.ids import canonical_json, stable_id
 from ...core.schema import Message, Trajectory
 from ...core.task import GoldCall, GroundTruth
@@ -435,11 +436,7 @@ class Steca(GlobalStage[StecaConfig]):
         rewards[t] = v_agent.value
         flags[t].append("deviated")
         flags[t + 1].append("calibrated")
-        pair = {
-            "prompt_len": prompt_len,
-            "chosen_len": len(chosen),
-            "rejected": [m.model_dump(mode="json") for m in rejected],
-        }
+        pair = DpoPair(prompt_len=prompt_len, chosen_len=len(chosen), rejected=rejected)
         ctx.metrics.inc("kept")
         parents = [a.id] + ([e.row_id] if e.row_id else [])
         extra: dict[str, Any] = {
@@ -454,13 +451,13 @@ class Steca(GlobalStage[StecaConfig]):
                 "expert": e.row_id or "gold",
                 "deviation": deviation,
                 "reward": steca_weight(deviation, "calibration"),
-                **pair,
+                **pair.to_json(),
             },
             "end": result.end,
             "final_state_hash": result.final_state_hash,
         }
         if rejected:
-            extra["dpo"] = pair
+            extra = with_(extra, pair)
         return Trajectory(
             id=stable_id("steca", ctx.config_hash, a.id, t),
             task_id=a.task_id,
