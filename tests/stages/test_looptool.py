@@ -542,10 +542,9 @@ def test_failure_context_with_a_call_without_arguments() -> None:
     """GCP stores the context before a mismatch without defaults, so a call with no
     arguments has no ``arguments`` key; JGLV's and EDDE's transcripts still show it (a
     student calling ``list_values()`` first used to crash the round)."""
+    from trajsynth.core.schema import Message, ToolCall
     from trajsynth.stages.looptool.edde import _original
     from trajsynth.stages.looptool.jglv import _conversation
-
-    from trajsynth.core.schema import Message, ToolCall
 
     context = [
         m.model_dump(exclude_defaults=True)
