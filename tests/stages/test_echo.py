@@ -102,6 +102,10 @@ def test_relabels_the_file_it_created_with_a_shorter_trajectory_that_replays() -
     assert created.num_tool_calls < row.num_tool_calls  # shorter than the failed original
     assert created.success and created.method == "echo" and created.parent_ids == [row.id]
     assert created.extra["echo"]["evidence_calls"] == [1]
+    # built like every episode row: the environment's version and each step's state change
+    assert created.env_version and created.env_version == ctx.envs.version("files")
+    assert len(created.step_diffs) == created.num_turns == 2
+    assert json.loads(created.step_diffs[0]) and json.loads(created.step_diffs[1]) == []
     # replays to success on a fresh environment: its new ground truth's final state
     gt = GroundTruth.from_json(created.ground_truth)
     assert gt.final_state_hash and gt.turns[0].request == created.goal

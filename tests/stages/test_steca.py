@@ -108,6 +108,10 @@ def test_monte_carlo_values_find_the_deviated_step_and_calibrate_it() -> None:
     assert row.step_rewards == [0.0, None, None]
     assert row.step_flags == [["deviated"], ["calibrated"], []]
     assert row.success and row.method == "steca" and row.parent_ids == [listed.id]
+    # built like every episode row: the environment's version and each step's state change
+    # (listing changes nothing, the write does, the answer nothing)
+    assert row.env_version and row.env_version == ctx.envs.version(row.domain)
+    assert [bool(json.loads(d)) for d in row.step_diffs] == [False, True, False]
     # the calibrated record: the deviated step and its observation in the prompt; the
     # expert's action, with the reflection as its thought, first in the chosen part
     prompt = row.messages[: st["prompt_len"]]

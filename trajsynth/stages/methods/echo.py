@@ -56,7 +56,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ...core.ids import canonical_json, stable_hash, stable_id
+from ...core.ids import canonical_json, stable_hash
 from ...core.jsonvalues import json_leaves
 from ...core.prompts import conversation_text, system_prompt
 from ...core.schema import Message, ToolCall, Trajectory
@@ -64,7 +64,7 @@ from ...core.task import GoldCall, GoldTurn, GroundTruth
 from ...envs.verifiers.episode import verify_episode
 from ...envs.verifiers.schema import check_call
 from ..common.replay import calls_message, play_steps
-from ..common.rollouts import passed_columns
+from ..common.rollouts import episode_row
 from ..context import Context
 from ..kinds import RowsGlobalStage, StageConfig
 from ..registry import register
@@ -588,15 +588,19 @@ class Echo(RowsGlobalStage[EchoConfig]):
         caps = ["single_call" if len(rw.calls) == 1 else "multi_call"]
         if dependent:
             caps.append("dependent_calls")
-        return Trajectory(
-            id=stable_id("echo", ctx.config_hash, row.id, goal.key),
+        return episode_row(
+            ctx,
+            row,
+            result,
+            verdict,
+            method="echo",
+            key=goal.key,
+            generator=generator,
             task_id=f"echo-{goal.key[:16]}",
             goal=rw.query,
-            domain=row.domain,
             capabilities=caps,
             ground_truth=gt,
-            tools=row.tools,
-            **passed_columns(result, verdict),
+            difficulty=None,  # a new task: the parent's difficulty is not its own
             extra={
                 "echo": {
                     "goal": goal.key,
@@ -609,8 +613,5 @@ class Echo(RowsGlobalStage[EchoConfig]):
                     "rewrite_calls": len(rw.calls),
                     "attempt": rw.attempt,
                 },
-                "end": result.end,
-                "final_state_hash": result.final_state_hash,
             },
-            **ctx.provenance(method="echo", parent_ids=[row.id], generator=generator),
         )

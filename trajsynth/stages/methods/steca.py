@@ -80,7 +80,7 @@ from pydantic import Field
 from ...core.batch import to_batch, to_records
 from ...core.errors import InfraError
 from ...core.extras import DpoPair, with_
-from ...core.ids import canonical_json, stable_id
+from ...core.ids import canonical_json
 from ...core.schema import Message, Trajectory
 from ...core.task import GoldCall, GroundTruth
 from ...envs.episode import Episode, EpisodeResult, EpisodeSnapshot, PolicyStep
@@ -95,7 +95,7 @@ from ..common.replay import (
     play_steps,
     step_slices,
 )
-from ..common.rollouts import RolloutLimits, make_env, task_of
+from ..common.rollouts import RolloutLimits, episode_row, make_env, task_of
 from ..context import Context
 from ..kinds import GlobalStage, Output, StageConfig
 from ..registry import register
@@ -453,32 +453,26 @@ class Steca(GlobalStage[StecaConfig]):
                 "reward": steca_weight(deviation, "calibration"),
                 **pair.to_json(),
             },
-            "end": result.end,
-            "final_state_hash": result.final_state_hash,
         }
         if rejected:
             extra = with_(extra, pair)
-        return Trajectory(
-            id=stable_id("steca", ctx.config_hash, a.id, t),
-            task_id=a.task_id,
-            goal=a.goal,
-            domain=a.domain,
+        return episode_row(
+            ctx,
+            a,
+            result,
+            verdict,
+            method="steca",
+            key=t,
+            generator=ctx.llm(cfg.reflector_role).model,
+            extra=extra,
             capabilities=sorted({*a.capabilities, "error_recovery"}),
-            ground_truth=a.ground_truth,
-            tools=a.tools,
             messages=messages,
             step_rewards=rewards,
             step_flags=flags,
-            success=True,
-            reward=1.0,
-            reward_components=dict(verdict.components),
-            difficulty=a.difficulty,
+            format_errors=[],  # the deviated step's, if any: it is context, not a target
             rollouts_total=a.rollouts_total,
             rollouts_passed=a.rollouts_passed,
-            extra=extra,
-            **ctx.provenance(
-                method="steca", parent_ids=parents, generator=ctx.llm(cfg.reflector_role).model
-            ),
+            parent_ids=parents,
         )
 
     async def _reflect(
