@@ -46,7 +46,7 @@ def test_with_writes_the_same_text_as_the_hand_built_dict() -> None:
 
 def test_get_reads_each_record_typed_and_keeps_what_it_does_not_name() -> None:
     extra = {
-        "gcp": {"status": "failed", "set": "probe", "step": 2, "label": [{"name": "f"}]},
+        "gcp": {"status": "failed", "set": "probe", "step": 2, "mean_logprob": -0.5},
         "looptool": {"origin": "corrected", "iteration": 3},
         "steca": {"t": 1, "deviation": 0.5, "reward": 1.2, "prompt_len": 4, "chosen_len": 2},
     }
@@ -57,7 +57,7 @@ def test_get_reads_each_record_typed_and_keeps_what_it_does_not_name() -> None:
         "probe",
         2,
     )
-    assert gcp.model_extra == {"label": [{"name": "f"}]}
+    assert gcp.model_extra == {"mean_logprob": -0.5} and gcp.label is None
     assert get(extra, LoopToolOrigin) == LoopToolOrigin(origin="corrected", iteration=3)
     steca = get(extra, StecaRecord)
     assert steca is not None and steca.reward == 1.2 and steca.rejected == []

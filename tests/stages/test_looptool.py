@@ -556,7 +556,7 @@ def test_failure_context_with_a_call_without_arguments() -> None:
     ]
     assert "arguments" not in context[1]["tool_calls"][0]
     assert "list_values" in _conversation(context)
-    assert "list_values" in _original({"context": context})
+    assert "list_values" in _original(context)
 
 
 def _two_probe_episodes() -> list[Trajectory]:

@@ -32,6 +32,7 @@ __all__ = [
     "DpoPair",
     "ExtraRecord",
     "GcpRecord",
+    "JglvRecord",
     "LoopToolOrigin",
     "StecaRecord",
     "get",
@@ -114,6 +115,29 @@ class GcpRecord(ExtraRecord):
     policy: str = Field(default="student", description="Role that was probed.")
     set: str = Field(default="data", description="Name of the probed set.")
     step: int | None = Field(default=None, description="First mismatching step (failed).")
+    label: Any = Field(
+        default=None, description="That step's gold: its calls as [{name, arguments}], or 'text'."
+    )
+    prediction: Any = Field(
+        default=None, description="What the policy did there, in the label's form ('none')."
+    )
+    prediction_text: str | None = Field(default=None, description="The policy's text reply.")
+    context: list[dict[str, Any]] = Field(
+        default_factory=list, description="The conversation before the step (message dicts)."
+    )
+
+
+class JglvRecord(ExtraRecord):
+    """``extra["jglv"]``: JGLV's judged verdict on a GCP failure, which EDDE expands."""
+
+    KEY: ClassVar[str] = "jglv"
+
+    status: str = Field(description="model_incorrect, original_incorrect, both_correct, ...")
+    consensus: bool = Field(default=False, description="Did enough votes agree?")
+    votes: list[str | None] = Field(default_factory=list, description="Each vote's verdict.")
+    error_analysis: str = Field(default="", description="The majority's analysis.")
+    correct: Any = Field(default=None, description="The response judged correct.")
+    incorrect: Any = Field(default=None, description="The response judged incorrect.")
 
 
 def _record(extra: Any, key: str) -> Any:

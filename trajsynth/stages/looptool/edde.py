@@ -41,6 +41,7 @@ from pydantic import Field
 
 from ...core.batch import to_records
 from ...core.errors import InfraError
+from ...core.extras import GcpRecord, JglvRecord, get
 from ...core.ids import stable_id
 from ...core.schema import Message, Trajectory
 from ...core.task import GoldCall, GoldTurn, GroundTruth
@@ -142,9 +143,9 @@ def parse_generation(text: str | None, tools: list[dict[str, Any]]) -> tuple[Any
     return (request, parsed.calls), ""
 
 
-def _original(info: dict[str, Any]) -> str:
+def _original(context: list[dict[str, Any]]) -> str:
     lines = []
-    for m in info.get("context") or []:
+    for m in context:
         if m.get("role") in ("user", "assistant") and (m.get("content") or m.get("tool_calls")):
             if m.get("tool_calls"):
                 body = step_text(context_calls(m))
@@ -163,16 +164,16 @@ class EDDE(GlobalStage[EDDEConfig]):
     io_bound = True
 
     async def _sample(
-        self, row: Trajectory, gt: GroundTruth, jglv: dict[str, Any], k: int, ctx: Context
+        self, row: Trajectory, gt: GroundTruth, jglv: JglvRecord, k: int, ctx: Context
     ) -> tuple[Trajectory | None, list[str], str]:
         """Steps 2-5 for sample ``k`` of a seed: (row or None, rejection reasons, variation)."""
         cfg = self.config
-        gcp = (row.extra or {}).get("gcp") or {}
+        gcp = get(row.extra, GcpRecord) or GcpRecord()
         # 2) the scenario variation
         variation = VARIATIONS[int(ctx.rng(row.id, "variation", k).integers(0, 7)) % 4]
         # 3) the prompt
         tools = row.tools or []
-        correct, incorrect = jglv["correct"], jglv.get("incorrect")
+        correct, incorrect = jglv.correct, jglv.incorrect
         messages = [
             Message(
                 role="system",
@@ -183,19 +184,19 @@ class EDDE(GlobalStage[EDDEConfig]):
             Message(
                 role="user",
                 content=USER.format(
-                    original=_original(gcp),
+                    original=_original(gcp.context),
                     correct=step_text(correct),
                     incorrect=step_text(
                         incorrect if isinstance(incorrect, list) else None,
-                        gcp.get("prediction_text"),
+                        gcp.prediction_text,
                     ),
-                    analysis=jglv.get("error_analysis") or "(none)",
+                    analysis=jglv.error_analysis or "(none)",
                     variation=variation,
                 ),
             ),
         ]
         query = next(
-            (m["content"] for m in reversed(gcp.get("context") or []) if m.get("role") == "user"),
+            (m["content"] for m in reversed(gcp.context) if m.get("role") == "user"),
             row.goal,
         )
         meta = {
@@ -203,7 +204,7 @@ class EDDE(GlobalStage[EDDEConfig]):
             "correct": correct,
             "query": query,
             "incorrect": incorrect if isinstance(incorrect, list) else "(text reply)",
-            "error_analysis": jglv.get("error_analysis") or None,
+            "error_analysis": jglv.error_analysis or None,
             "variation": variation,
             "sample": k,
         }
@@ -244,14 +245,14 @@ class EDDE(GlobalStage[EDDEConfig]):
                         "task_id": row.task_id,
                         "goal": row.goal,
                         "capabilities": list(row.capabilities or []),
-                        "step": gcp.get("step"),
+                        "step": gcp.step,
                         "correct": correct,
                         "incorrect": incorrect,
                     },
                     "edde": {
                         "variation": variation,
                         "tries": attempt + 1,
-                        "seed_status": jglv["status"],
+                        "seed_status": jglv.status,
                         "rejections": reasons,
                     },
                 },
@@ -261,7 +262,7 @@ class EDDE(GlobalStage[EDDEConfig]):
         return None, reasons, variation
 
     async def _sample_or_lost(
-        self, row: Trajectory, gt: GroundTruth, jglv: dict[str, Any], k: int, ctx: Context
+        self, row: Trajectory, gt: GroundTruth, jglv: JglvRecord, k: int, ctx: Context
     ) -> tuple[Trajectory | None, list[str], str] | InfraError:
         try:
             return await self._sample(row, gt, jglv, k, ctx)
@@ -294,15 +295,15 @@ class EDDE(GlobalStage[EDDEConfig]):
         jobs = []
         # 1) seeds
         for row in (r for b in batches for r in to_records(b)):
-            jglv = (row.extra or {}).get("jglv") or {}
+            jglv = get(row.extra, JglvRecord)
             gt = row.ground_truth
-            correct = jglv.get("correct")
             if (
                 gt is None
-                or not jglv.get("consensus")
-                or jglv.get("status") not in ("model_incorrect", "original_incorrect")
-                or not isinstance(correct, list)
-                or not correct
+                or jglv is None
+                or not jglv.consensus
+                or jglv.status not in ("model_incorrect", "original_incorrect")
+                or not isinstance(jglv.correct, list)
+                or not jglv.correct
             ):
                 ctx.metrics.inc("not_a_seed")
                 continue

@@ -51,6 +51,7 @@ from pydantic import Field
 
 from ...core.batch import to_records
 from ...core.errors import InfraError
+from ...core.extras import GcpRecord, JglvRecord, get, with_
 from ...core.ids import stable_id
 from ...core.schema import Message, Trajectory
 from ...core.task import GoldCall
@@ -161,19 +162,19 @@ class JGLV(GlobalStage[JGLVConfig]):
     outputs = ("main", "corrected", "dropped")
     io_bound = True
 
-    async def _votes(self, row: Trajectory, info: dict[str, Any], ctx: Context) -> list[str]:
+    async def _votes(self, row: Trajectory, info: GcpRecord, ctx: Context) -> list[str]:
         cfg = self.config
         tools = "\n".join(json.dumps(t, ensure_ascii=False) for t in row.tools or [])
-        label, pred = info["label"], info["prediction"]
+        label, pred = info.label, info.prediction
         messages = [
             Message(role="system", content=SYSTEM.format(tools=tools)),
             Message(
                 role="user",
                 content=USER.format(
-                    conversation=_conversation(info.get("context") or []),
+                    conversation=_conversation(info.context),
                     label=step_text(label if isinstance(label, list) else None),
                     prediction=step_text(
-                        pred if isinstance(pred, list) else None, info.get("prediction_text")
+                        pred if isinstance(pred, list) else None, info.prediction_text
                     ),
                 ),
             ),
@@ -183,7 +184,7 @@ class JGLV(GlobalStage[JGLVConfig]):
             "role": "judge",
             "mode": "looptool",
             "label": label if isinstance(label, list) else "(text reply)",
-            "prediction": pred if isinstance(pred, list) else (info.get("prediction_text") or ""),
+            "prediction": pred if isinstance(pred, list) else (info.prediction_text or ""),
         }
         reference = _asked(row, info)
         if reference is not None:
@@ -210,7 +211,7 @@ class JGLV(GlobalStage[JGLVConfig]):
         return texts
 
     async def _judged(
-        self, row: Trajectory, info: dict[str, Any], ctx: Context
+        self, row: Trajectory, info: GcpRecord, ctx: Context
     ) -> list[str] | InfraError:
         try:
             return await self._votes(row, info, ctx)
@@ -220,19 +221,19 @@ class JGLV(GlobalStage[JGLVConfig]):
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         cfg = self.config
         rows = [r for b in batches for r in to_records(b)]
-        samples = [(r, (r.extra or {}).get("gcp") or {}) for r in rows]
+        samples = [(r, get(r.extra, GcpRecord)) for r in rows]
         # 1) no judge for equal or multiset-equal responses
         to_judge = []
         out: dict[str, list[Trajectory]] = {"main": [], "corrected": [], "dropped": []}
         for row, info in samples:
-            if "label" not in info:
+            if info is None or info.label is None:
                 ctx.metrics.inc("not_probed")
                 out["dropped"].append(row)
                 continue
-            label, pred = info["label"], info["prediction"]
+            label, pred = info.label, info.prediction
             if label == pred or multiset_key(label) == multiset_key(pred):
                 ctx.metrics.inc("both_correct_exact")
-                out["dropped"].append(_tag(row, {"status": "both_correct", "votes": []}))
+                out["dropped"].append(_tag(row, JglvRecord(status="both_correct", votes=[])))
                 continue
             to_judge.append((row, info))
         # 2) the votes
@@ -249,21 +250,21 @@ class JGLV(GlobalStage[JGLVConfig]):
             # 4) status
             status = VERDICT_STATUS.get(top, "llm_judge_failed")
             analysis = next((a for v, a in parsed if v == top and a), "")
-            record = {
+            record: dict[str, Any] = {
                 "status": status,
                 "consensus": consensus,
                 "votes": [v for v, _ in parsed],
                 "error_analysis": analysis,
             }
-            label, pred = info["label"], info["prediction"]
+            label, pred = info.label, info.prediction
             if status == "model_incorrect":
                 record.update(correct=label, incorrect=pred)
             elif status == "original_incorrect":
                 record.update(correct=pred, incorrect=label)
-            tagged = _tag(row, record)
+            tagged = _tag(row, JglvRecord(**record))
             # injected noise (label_noise) against the verdict: JGLV's precision and recall
             noise = noise_of(row.extra)
-            noisy_here = noise is not None and noise.get("step") == info.get("step")
+            noisy_here = noise is not None and noise.get("step") == info.step
             flagged = consensus and status == "original_incorrect"
             ctx.metrics.inc("noise.judged", int(noisy_here))
             ctx.metrics.inc("noise.found", int(noisy_here and flagged))
@@ -276,7 +277,7 @@ class JGLV(GlobalStage[JGLVConfig]):
             fixed = None
             if status == "original_incorrect" and cfg.replace_labels:
                 try:
-                    fixed = replace_label(tagged, info["step"], pred, ctx)
+                    fixed = replace_label(tagged, info.step, pred, ctx)
                 except InfraError as exc:  # a simulated tool's endpoint failed: lost
                     ctx.lost_to_infra(exc, unit="samples")
                     continue
@@ -305,40 +306,40 @@ class JGLV(GlobalStage[JGLVConfig]):
                 yield Emit(name, out[name])
 
 
-def _asked(row: Trajectory, info: dict[str, Any]) -> list[dict[str, Any]] | None:
+def _asked(row: Trajectory, info: GcpRecord) -> list[dict[str, Any]] | None:
     """Step 2's ``reference`` for the simulated judge: the calls the conversation's request
     asks for at the judged step — what a judge reading the request works out. That is the
     label, unless the label was made wrong on purpose (``label_noise``), whose record keeps
     the clean calls. A real endpoint reads only the prompt (metadata is never sent to it)."""
-    label = info.get("label")
+    label = info.label
     if not isinstance(label, list):
         return None
     noise = noise_of(row.extra)
-    if noise is not None and noise.get("step") == info.get("step"):
+    if noise is not None and noise.get("step") == info.step:
         return noise["clean"]
     return label
 
 
-def _relabelled_noise(extra: dict[str, Any] | None, info: dict[str, Any]) -> dict[str, Any]:
+def _relabelled_noise(extra: dict[str, Any] | None, info: GcpRecord) -> dict[str, Any]:
     """A relabelled row's injected-noise record (bookkeeping of ``label_noise``'s truth, for
     the report): gone when the new label is the clean one, a ``relabelled`` record when a
     false alarm put a wrong label where a right one was, kept when the noise sits at another
     step."""
     out = dict(extra or {})
     noise = noise_of(out)
-    if noise is not None and noise.get("step") != info.get("step"):
+    if noise is not None and noise.get("step") != info.step:
         return out
     out.pop(NOISE_KEY, None)
-    asked = noise["clean"] if noise is not None else info.get("label")
-    if isinstance(asked, list) and multiset_key(info["prediction"]) != multiset_key(asked):
+    asked = noise["clean"] if noise is not None else info.label
+    if isinstance(asked, list) and multiset_key(info.prediction) != multiset_key(asked):
         out[NOISE_KEY] = {
-            "step": info.get("step"),
+            "step": info.step,
             "kind": "relabelled",
             "clean": asked,
-            "noisy": info["prediction"],
+            "noisy": info.prediction,
         }
     return out
 
 
-def _tag(row: Trajectory, record: dict[str, Any]) -> Trajectory:
-    return row.derive(extra={**(row.extra or {}), "jglv": record})
+def _tag(row: Trajectory, record: JglvRecord) -> Trajectory:
+    return row.derive(extra=with_(row.extra, record))
