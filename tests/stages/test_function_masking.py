@@ -77,7 +77,7 @@ def test_a_masked_row_names_its_functions_and_parameters_consistently() -> None:
     assert out.messages[3].name == hcf and out.messages[3].content == '{"result": 12}'
     assert out.messages[4].content == f"The hcf is 12 (from {hcf})."
     assert out.messages[1].content == row().messages[1].content  # the user's words stay
-    step = out.ground_truth["turns"][0]["steps"][0][0]
+    step = out.ground_truth.turns[0].steps[0][0].model_dump(exclude_defaults=True)
     assert step == {"name": hcf, "arguments": {pmap["number1"]: 36, pmap["number2"]: 24}}
     assert out.id != "r1" and out.parent_ids == ["r1"]
     assert counters == {"rows": 1, "masked": 1, "functions_masked": 2, "params_masked": 2}

@@ -43,6 +43,7 @@ from pydantic import Field
 from ...core.batch import to_records
 from ...core.ids import seed_from
 from ...core.schema import Message, ToolCall, Trajectory
+from ...core.task import GroundTruth
 from ..context import Context
 from ..kinds import MapStage, Output, StageConfig
 from ..registry import register
@@ -101,6 +102,15 @@ def _gt_calls(node: Any, fmap: dict[str, str], pmap: dict[str, dict[str, str]]) 
             elif isinstance(value, str):
                 out[key] = _rename_keys(value, pmap.get(name, {}))
     return out
+
+
+def _masked_gt(
+    gt: GroundTruth | None, fmap: dict[str, str], pmap: dict[str, dict[str, str]]
+) -> GroundTruth | None:
+    """The ground truth with its calls renamed (:func:`_gt_calls` on its JSON dump)."""
+    if gt is None:
+        return None
+    return GroundTruth.model_validate(_gt_calls(gt.model_dump(mode="json"), fmap, pmap))
 
 
 def mask_row(
@@ -170,7 +180,7 @@ def mask_row(
         parent_ids=[row.id],
         tools=new_tools,
         messages=messages,
-        ground_truth=_gt_calls(row.ground_truth, fmap, pmap),
+        ground_truth=_masked_gt(row.ground_truth, fmap, pmap),
         extra={**(row.extra or {}), "function_masking": {"functions": fmap, "params": pmap}},
     )
     return masked, fmap, pmap
