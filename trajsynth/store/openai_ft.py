@@ -43,7 +43,7 @@ FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 def _tool(tool: Any) -> dict[str, Any] | None:
     if not isinstance(tool, dict):
         return None
-    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    fn = tool["function"] if isinstance(tool.get("function"), dict) else tool
     if not isinstance(fn.get("name"), str):
         return None
     params = fn.get("parameters")

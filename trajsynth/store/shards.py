@@ -24,7 +24,7 @@ from __future__ import annotations
 import glob as globlib
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ from ..core.batch import conform, to_records
 from ..core.errors import DataError, InputNotFoundError, SchemaVersionError
 from ..core.ids import bytes_fingerprint, file_fingerprint
 from ..core.location import (
+    AnyPath,
     as_path,
     fsync_dir,
     is_url,
@@ -158,7 +159,7 @@ class ShardWriter:
         name_format: str = "part-{:05d}.parquet",
         compression: str = DEFAULT_COMPRESSION,
         row_group_rows: int | None = None,
-        on_commit: callable | None = None,  # type: ignore[valid-type]
+        on_commit: Callable[[ShardInfo], None] | None = None,
         where: str = "",
         clean: bool = True,
     ) -> None:
@@ -299,7 +300,7 @@ def _list_remote(p: Any) -> list[Any]:
     return [p / n for n in names]
 
 
-def _open(path: Path, data: bytes | None = None) -> pq.ParquetFile:
+def _open(path: AnyPath, data: bytes | None = None) -> pq.ParquetFile:
     try:
         if data is not None:
             return pq.ParquetFile(pa.BufferReader(data))
