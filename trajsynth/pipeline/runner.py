@@ -841,7 +841,7 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def _without_secrets(roles: dict[str, dict]) -> dict[str, dict]:
+def _without_secrets(roles: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """LLM role settings minus API keys (which must not reach the manifest, even hashed)."""
     return {
         role: {k: v for k, v in (cfg or {}).items() if k != "api_key"}

@@ -255,7 +255,7 @@ class InputRef:
 @dataclass
 class ResolvedStage:
     step: StepSpec
-    stage: Stage
+    stage: Stage[Any]
     inputs: list[InputRef]
     shard_rows: int
     iteration: int = 0
@@ -267,7 +267,8 @@ class ResolvedStage:
 
     @property
     def config(self) -> StageConfig:
-        return self.stage.config
+        config: StageConfig = self.stage.config
+        return config
 
 
 @dataclass

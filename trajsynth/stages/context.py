@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.ids import seed_from
-from ..core.location import as_path, is_url, local_copy
+from ..core.location import AnyPath, as_path, is_url, local_copy
 
 if TYPE_CHECKING:
     from ..envs.factory import EnvFactory
@@ -292,7 +292,7 @@ class Context:
         return path
 
     @property
-    def run_dir(self) -> Path:
+    def run_dir(self) -> AnyPath:
         """The run's folder (where the manifest is), for files meant for the whole run: a
         local path, or a URL path (``upath.UPath``) for a run on object storage (write to it
         with ``trajsynth.core.location.put_bytes``)."""

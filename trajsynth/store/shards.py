@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Final, Literal
 
 import pyarrow as pa
@@ -184,7 +185,7 @@ class ShardWriter:
         if clean:
             clean_tmp(self.directory)
 
-    def write(self, data: pa.RecordBatch | pa.Table | Sequence) -> list[ShardInfo]:
+    def write(self, data: pa.RecordBatch | pa.Table | Sequence[Trajectory]) -> list[ShardInfo]:
         """Buffer ``data``; commit every full shard. Returns the shards committed now."""
         table = conform(data, where=self.where)
         if table.num_rows == 0:
@@ -224,7 +225,12 @@ class ShardWriter:
     def __enter__(self) -> ShardWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.close()
 
@@ -492,7 +498,8 @@ def count_rows(path: str | Path | Iterable[str | Path]) -> int:
 
 def footer_rows(shard: str | Path) -> int:
     """The rows one shard's footer says it holds (``DataError`` for an unreadable file)."""
-    return _open(as_path(shard)).metadata.num_rows
+    rows: int = _open(as_path(shard)).metadata.num_rows
+    return rows
 
 
 def read_records(path: str | Path | Iterable[str | Path]) -> list[Trajectory]:
