@@ -384,7 +384,7 @@ def _calls(value: Any) -> list[GoldCall] | None:
     for c in value:
         if not isinstance(c, dict):
             return None
-        fn = c.get("function") if isinstance(c.get("function"), dict) else c
+        fn = c["function"] if isinstance(c.get("function"), dict) else c
         args = fn.get("arguments", {})
         if isinstance(args, str):
             try:

@@ -130,7 +130,7 @@ def _arguments(spec: ToolSpec, known: Known, rng: random.Random) -> dict[str, An
         schema = props.get(p) or {}
         t = schema.get("type")
         if t == "array":
-            items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+            items = schema["items"] if isinstance(schema.get("items"), dict) else {}
             one = _value(p.removesuffix("s"), items, known, rng)
             if one is None:
                 return None

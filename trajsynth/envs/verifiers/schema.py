@@ -133,8 +133,8 @@ def _check(value: Any, schema: Any, path: str, out: list[SchemaIssue], top: bool
     _constraints(value, schema, path, out)
     # containers
     if isinstance(value, dict):
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        props = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
+        required = schema["required"] if isinstance(schema.get("required"), list) else []
         for name in required:
             if isinstance(name, str) and name not in value:
                 where = f"{path}.{name}" if path else name
@@ -236,7 +236,7 @@ def normalize_call(call: ToolCall | dict[str, Any] | tuple[str, Any]) -> tuple[s
     if isinstance(call, tuple):
         return call[0], call[1]
     if isinstance(call, dict):
-        fn = call.get("function") if isinstance(call.get("function"), dict) else call
+        fn = call["function"] if isinstance(call.get("function"), dict) else call
         return str(fn.get("name", "")), fn.get("arguments", {})
     raise TypeError(f"not a tool call: {call!r}")
 

@@ -44,7 +44,7 @@ def _achieved(messages: list[dict[str, Any]]) -> list[tuple[GoldCall, str]]:
         if m.get("role") != "assistant":
             continue
         for tc in m.get("tool_calls") or []:
-            fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
+            fn = tc["function"] if isinstance(tc.get("function"), dict) else tc
             name, raw = fn.get("name"), fn.get("arguments")
             result = results.get(tc.get("id") or "")
             if not name or result is None or _is_error(result):

@@ -58,7 +58,7 @@ class ToolIndex:
         for t in tools or []:
             if not isinstance(t, dict):
                 continue
-            fn = t.get("function") if isinstance(t.get("function"), dict) else t
+            fn = t["function"] if isinstance(t.get("function"), dict) else t
             name = fn.get("name")
             if not isinstance(name, str):
                 continue

@@ -223,7 +223,7 @@ class ValuePool:
         if t == "boolean":
             return rng.random() < 0.5
         if t == "array":
-            items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+            items = schema["items"] if isinstance(schema.get("items"), dict) else {}
             single = param[:-1] if param.endswith("s") else param
             pool = self.candidates("", single, items) or self.candidates(
                 "", single.removesuffix("_id") + "_id", items
@@ -232,7 +232,7 @@ class ValuePool:
                 return rng.sample(pool, min(len(pool), rng.randint(1, 2)))
             return [self.invent(single, items, rng)]
         if t == "object":  # the required fields, each drawn like a parameter of its name
-            props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+            props = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
             required = [r for r in schema.get("required") or [] if r in props]
             return {r: self._draw(r, props[r], rng) for r in required}
         if "date" in desc or "yyyy-mm-dd" in desc:

@@ -78,7 +78,7 @@ def _schemas(tools: Sequence[Any] | None) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for tool in tools or []:
         if isinstance(tool, dict):
-            fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+            fn = tool["function"] if isinstance(tool.get("function"), dict) else tool
             if fn.get("name"):
                 out[str(fn["name"])] = fn.get("parameters") or {}
     return out
@@ -119,7 +119,7 @@ def _wrong_value(value: Any, prop: dict[str, Any], rng: random.Random) -> Any:
             return None
         return value[: m.start()] + str(new) + value[m.end() :]
     if isinstance(value, list) and value:
-        items = prop.get("items") if isinstance(prop.get("items"), dict) else {}
+        items = prop["items"] if isinstance(prop.get("items"), dict) else {}
         i = rng.randrange(len(value))
         item = value[i]
         if isinstance(items.get("enum"), list):
