@@ -153,6 +153,18 @@ def test_bfcl_int_for_float_but_not_the_reverse() -> None:
     )
 
 
+def test_list_items_typed_by_a_list_of_types_are_not_type_checked() -> None:
+    """JSON Schema allows ``"type": ["integer", "null"]``; the items' check looked that list up
+    in a dict (TypeError: unhashable) instead of leaving the items to the value check."""
+    ids = {"type": "array", "items": {"type": ["integer", "null"]}}
+    doc = {"type": "object", "properties": {"ids": ids}}
+    gold = GoldCall(name="f", acceptable={"ids": [[1, None]]})
+    assert match_call({"name": "f", "arguments": {"ids": [1, None]}}, gold, doc)
+    assert match_call({"name": "f", "arguments": {"ids": [2]}}, gold, doc).category == (
+        "wrong_value"
+    )
+
+
 def test_bfcl_optional_lists_dicts_and_variables() -> None:
     doc = {
         "type": "object",

@@ -290,7 +290,9 @@ def match_call(
             value = float(value)
         if expected is list and isinstance(value, list) and language == "python":
             items = (props.get(pname) or {}).get("items") or {}
-            item_type = _PY_TYPES.get(items.get("type")) if isinstance(items, dict) else None
+            item_doc = items.get("type") if isinstance(items, dict) else None
+            # a JSON Schema type may be a list (["integer", "null"]): no one type to check
+            item_type = _PY_TYPES.get(item_doc) if isinstance(item_doc, str) else None
             if item_type is not None and not all(_type_ok(v, item_type) for v in value):
                 return _fail("wrong_type", f"{pname}: items must be {item_type.__name__}")
         # 5) value
