@@ -264,8 +264,8 @@ def _sql(schema: dict[str, Any], known: Known, rng: random.Random) -> str | None
     data = [c for c in cols if c[0].lower() not in ("id", "rowid")] or cols
     if verb == "SELECT":
         if data and rng.random() < 0.5:
-            col = rng.choice(data)[0]
-            return f"SELECT {col} FROM {table}"
+            column = rng.choice(data)[0]
+            return f"SELECT {column} FROM {table}"
         return f"SELECT * FROM {table}" if rng.random() < 0.6 else f"SELECT COUNT(*) FROM {table}"
     if not data:
         return None

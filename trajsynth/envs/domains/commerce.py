@@ -21,7 +21,7 @@ exchange_items.new_item_ids; search_products → product_id.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from ..domain import Domain
 from ..state import State
@@ -101,11 +101,11 @@ def _items(products: dict, pairs: list) -> list[dict]:
 
 def build_state(seed: int) -> dict[str, dict]:
     rng = rng_for("commerce", seed)
-    products = {
+    products: dict[str, dict[str, Any]] = {
         pid: {"product_id": pid, "name": n, "category": c, "variants": vs}
         for pid, (n, c, vs) in CORE_PRODUCTS.items()
     }
-    users = {}
+    users: dict[str, dict[str, Any]] = {}
     for uid, first, last, email, zip_, addr, pms in CORE_USERS:
         users[uid] = {
             "user_id": uid,
@@ -116,7 +116,7 @@ def build_state(seed: int) -> dict[str, dict]:
             "address": addr,
             "payment_methods": pms,
         }
-    orders = {}
+    orders: dict[str, dict[str, Any]] = {}
     for oid, uid, status, pairs, pm in CORE_ORDERS:
         items = _items(products, pairs)
         orders[oid] = {

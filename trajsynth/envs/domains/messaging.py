@@ -20,7 +20,7 @@ list_messages → message_id → read_message / reply_to_message / archive_messa
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal, TypedDict, cast
 
 from ..domain import Domain
 from ..state import State
@@ -278,12 +278,12 @@ def find_contacts(
     """Find contacts by name or email."""
     q = query.strip().lower()
     found = [
-        dict(c)
+        cast(Contact, dict(c))
         for _, c in db.rows("contacts")
         if (q in c["name"].lower() or q in c["email"].lower())
         and (team is None or c["team"] == team)
     ]
-    return {"contacts": sorted(found, key=lambda c: (c["name"], c["contact_id"]))}  # type: ignore[typeddict-item]
+    return {"contacts": sorted(found, key=lambda c: (c["name"], c["contact_id"]))}
 
 
 @tool()

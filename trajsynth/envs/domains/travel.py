@@ -22,7 +22,7 @@ convert_currency.amount.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict, cast
 
 from ..domain import Domain
 from ..state import State
@@ -95,7 +95,7 @@ CORE_HOTELS = [
     ("HT-LD01", "Thames View", "London", 4, 240.0, 6),
     ("HT-MI01", "Ocean Drive Hotel", "Miami", 3, 175.0, 9),
 ]
-CORE_USERS = [
+CORE_USERS: list[dict[str, Any]] = [
     {
         "user_id": "mia_chen",
         "name": "Mia Chen",
@@ -409,10 +409,12 @@ def find_airports(
 ) -> AirportList:
     """Find the airports that serve a city."""
     want = city.strip().lower()
-    found = [dict(a) for _, a in db.rows("airports") if want and want in a["city"].lower()]
+    found = [
+        cast(Airport, dict(a)) for _, a in db.rows("airports") if want and want in a["city"].lower()
+    ]
     if not found:
         raise ToolError("not_found", f"no airport serves {city!r}")
-    return {"airports": sorted(found, key=lambda a: a["code"])}  # type: ignore[typeddict-item]
+    return {"airports": sorted(found, key=lambda a: a["code"])}
 
 
 @tool()

@@ -867,10 +867,10 @@ def _compose_once(
     n_calls = sum(len(st) for st in clauses)
     sentences: list[str] = []
     numbered = len(clauses) >= 3 and rng.random() < 0.3
-    for s, step in enumerate(clauses):
-        for i, c in enumerate(step):
-            if i > 0 and step[0].name == c.name and rng.random() < 0.7:
-                rest = _same_tool(step[0], c, rng)
+    for s, said in enumerate(clauses):
+        for i, c in enumerate(said):
+            if i > 0 and said[0].name == c.name and rng.random() < 0.7:
+                rest = _same_tool(said[0], c, rng)
                 if rest is not None:
                     end = sentences[-1][-1]
                     sentences[-1] = sentences[-1][:-1] + ", " + rest + end

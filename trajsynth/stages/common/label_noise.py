@@ -27,7 +27,7 @@ import math
 import random
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ...core.task import GoldCall, GroundTruth
 
@@ -41,7 +41,8 @@ __all__ = [
 ]
 
 NOISE_KEY = "label_noise"
-KINDS = ("value", "swap", "missing")
+Kind = Literal["value", "swap", "missing"]
+KINDS: tuple[Kind, ...] = ("value", "swap", "missing")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -89,7 +90,8 @@ def _shift_number(value: float, prop: dict[str, Any], rng: random.Random) -> flo
     lo = prop.get("minimum", -math.inf)
     hi = prop.get("maximum", math.inf)
     if isinstance(value, int):
-        options: list[float] = [value + d for d in (1, 2, 3, 5, 10, -1, -2)] + [value * 2]
+        options: list[float] = [value + d for d in (1, 2, 3, 5, 10, -1, -2)]
+        options.append(value * 2)
     else:
         digits = len(repr(value).partition(".")[2]) if "." in repr(value) else 0
         options = [round(value * f, max(digits, 1)) for f in (2.0, 0.5, 1.5, 10.0)]
