@@ -89,7 +89,8 @@ def _apply(params: list[Any], metavars: dict[str, tuple[str, str]]) -> None:
         if param.metavar is None and param.name in metavars:
             param.metavar, shown = metavars[param.name]
             if isinstance(param, TyperArgument):  # its type column: PATH, not <path>
-                param.display_type_rich = lambda ctx, shown=shown: shown
+                # this one argument's type column; typer offers no setting for it
+                param.display_type_rich = lambda ctx, shown=shown: shown  # type: ignore[method-assign,misc]
 
 
 class _Tidy:

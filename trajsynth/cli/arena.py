@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -58,7 +58,7 @@ def pack(
         raise UserError(f"{path} holds no rows")
     out.mkdir(parents=True, exist_ok=True)
     reasons: Counter[str] = Counter()
-    index = []
+    index: list[dict[str, Any]] = []
     with Sandbox() as sandbox:
         for row in rows:
             if limit is not None and len(index) >= limit:
@@ -72,7 +72,7 @@ def pack(
                 else:
                     package = pack_arena(
                         row,
-                        code=code,  # type: ignore[arg-type]
+                        code=code,
                         distractors=distractors,
                         sandbox=sandbox,
                     )

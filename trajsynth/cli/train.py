@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -705,7 +706,7 @@ def _eval_benchmark(
         disable=as_json or not err_console.is_terminal,
     ) as bar:
 
-        def progress(total: int) -> Any:
+        def progress(total: int) -> Callable[[int], None]:
             task = bar.add_task("", total=total)
             return lambda n: bar.advance(task, n)
 

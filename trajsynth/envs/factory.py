@@ -552,7 +552,10 @@ class EnvFactory:
         from .mixed import MixedEnvironment
 
         cfg, tc, owners = self.config, self.toolset_config(domain), self.owners(domain)
-        common = {"max_steps": cfg.max_steps, "max_observation_chars": cfg.max_observation_chars}
+        common: dict[str, Any] = {
+            "max_steps": cfg.max_steps,
+            "max_observation_chars": cfg.max_observation_chars,
+        }
         full = self.toolset(domain)
         parts: dict[str, Environment] = {}
         for b in sorted(set(owners.values())):

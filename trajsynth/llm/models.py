@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..core.errors import ConfigError
 from .chat_template import EOS, chat_template, needs_tool_template
@@ -249,7 +249,7 @@ def _gguf_parsed_once() -> Iterator[None]:
     reader_cls, name_map = gguf.GGUFReader, getattr(gguf, "get_tensor_name_map", None)
     readers: dict[tuple[str, str], Any] = {}
 
-    def reader(path: Any, mode: str = "r") -> Any:
+    def reader(path: Any, mode: Literal["r", "r+", "c"] = "r") -> Any:
         key = (str(path), mode)
         if key not in readers:
             readers[key] = reader_cls(path, mode)

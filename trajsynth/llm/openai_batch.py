@@ -302,9 +302,9 @@ class OpenAIBatchBackend(Backend):
             err = err or record.get("error") or {}
             message = err.get("message") if isinstance(err, dict) else str(err)
             message = f"HTTP {status}: {message}"
-        exc = EndpointError(f"{self._where()}: batch {record.get('batch', '?')}: {message}")
-        exc.attempts = 1  # type: ignore[attr-defined]
-        raise exc
+        error = EndpointError(f"{self._where()}: batch {record.get('batch', '?')}: {message}")
+        error.attempts = 1
+        raise error
 
     def _resolve(self, st: _LoopState, key: str, record: dict[str, Any]) -> None:
         fut = st.waiters.pop(key, None)

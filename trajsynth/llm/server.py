@@ -643,8 +643,11 @@ def _multipart(content_type: str, body: bytes) -> dict[str, tuple[str | None, by
     for part in msg.iter_parts():  # type: ignore[attr-defined]
         name = part.get_param("name", header="content-disposition")
         if name:
-            payload = part.get_payload(decode=True) or b""
-            fields[str(name)] = (part.get_filename(), payload)
+            payload = part.get_payload(decode=True)  # bytes; None for a nested multipart
+            fields[str(name)] = (
+                part.get_filename(),
+                payload if isinstance(payload, bytes) else b"",
+            )
     return fields
 
 

@@ -172,7 +172,7 @@ class Runner:
         self,
         pipeline: ResolvedPipeline,
         *,
-        run_dir: Path | None = None,
+        run_dir: str | Path | None = None,
         force: bool = False,
         executor: Executor | None = None,
         reporter: Reporter | None = None,

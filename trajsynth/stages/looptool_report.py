@@ -177,7 +177,7 @@ def _label_noise(
     ):
         return None
     seed = made.get(0, [])
-    out_iters = []
+    out_iters: list[dict[str, Any]] = []
     totals: Counter[str] = Counter()
     for k in iterations:
         trained = made.get(k - 1, [])
@@ -229,7 +229,7 @@ def _final(rows: list[Trajectory], mix: tuple[float, float, float]) -> dict[str,
     left in it."""
     if not rows:
         return None
-    counts = Counter(r.difficulty for r in rows)
+    counts: Counter[str | None] = Counter(r.difficulty for r in rows)
     total = sum(mix)
     target = dict(zip(BUCKETS, (m / total for m in mix), strict=True))
     # rows a bucket lacks for its target share of this many rows (0: met)
@@ -283,7 +283,7 @@ def build_report(
         lt = (r.extra or {}).get("looptool")
         made[lt["iteration"] if lt else 0][lt["origin"] if lt else "seed"] += 1
         made_rows[lt["iteration"] if lt else 0].append(r)
-    out_iters = []
+    out_iters: list[dict[str, Any]] = []
     for k in iterations:
         trained = made.get(k - 1, Counter())
         probe = episodes.get(("student", probe_set, k), [])
@@ -323,6 +323,7 @@ def build_report(
         diff = _difference(
             episodes.get(("student", probe_set, iterations[-1]), []), baseline, metric
         )
+        loop_weak, static_weak = _weak_mean(last, weak), _weak_mean(base_acc, weak)
         static = {
             "student": base_acc,
             "student_ci": _ci(baseline, metric),
@@ -333,8 +334,8 @@ def build_report(
             "loop_minus_static_by_capability": diff,
             "verdict": _verdict(diff.get("overall")),
             "loop_minus_static_weak": (
-                round(_weak_mean(last, weak) - _weak_mean(base_acc, weak), 4)  # type: ignore[operator]
-                if _weak_mean(last, weak) is not None and _weak_mean(base_acc, weak) is not None
+                round(loop_weak - static_weak, 4)
+                if loop_weak is not None and static_weak is not None
                 else None
             ),
         }

@@ -106,7 +106,7 @@ def _check(value: Any, schema: Any, path: str, out: list[SchemaIssue], top: bool
     for key in ("anyOf", "oneOf"):
         alts = schema.get(key)
         if isinstance(alts, list) and alts:
-            trials = []
+            trials: list[list[SchemaIssue]] = []
             for alt in alts:
                 trial: list[SchemaIssue] = []
                 _check(value, alt, path, trial, top)
@@ -114,7 +114,8 @@ def _check(value: Any, schema: Any, path: str, out: list[SchemaIssue], top: bool
                     break
                 trials.append(trial)
             else:
-                out.extend(min(trials, key=len))
+                fewest = min(trials, key=len)
+                out.extend(fewest)
                 return
     # enum
     enum = schema.get("enum")

@@ -161,9 +161,8 @@ class ValuePool:
                     continue
                 self.examples.setdefault((tool, k), []).append(v)
                 self.example_params.setdefault(k, []).append(v)
-        for d in (self.examples, self.example_params):
-            for k, vals in d.items():
-                d[k] = _dedup(vals)  # type: ignore[index]
+        self.examples = {key: _dedup(vals) for key, vals in self.examples.items()}
+        self.example_params = {key: _dedup(vals) for key, vals in self.example_params.items()}
 
     # -- 2) values -------------------------------------------------------------------------
     def candidates(self, tool: str, param: str, schema: dict[str, Any]) -> list[Any]:
@@ -370,14 +369,14 @@ def _narrow(value: Any, param: str, schema: dict[str, Any]) -> list[Any]:
         value = parsed
     if not isinstance(value, (dict, list)):
         return []
-    words = set(param.lower().replace("-", "_").split("_")) | {param.lower()}
+    wanted = set(param.lower().replace("-", "_").split("_")) | {param.lower()}
     named: list[Any] = []
     other: list[Any] = []
     for key, v in json_fields({"_": value}):
         if key == "_" or isinstance(v, (dict, list)) or v is None or not _fits(v, schema):
             continue
         parts = set(str(key).lower().split("_")) | {str(key).lower()}
-        (named if parts & words else other).append(v)
+        (named if parts & wanted else other).append(v)
     return _dedup(named) or _dedup(other)
 
 
