@@ -105,6 +105,7 @@ class _Tidy:
         _apply(self.params, self.metavars)
 
     def get_help_option(self, ctx: Any) -> Any:
+        # a mixin: the click command class it is mixed into has get_help_option
         return _no_metavar_on_help(super().get_help_option(ctx))  # type: ignore[misc]
 
 

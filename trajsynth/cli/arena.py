@@ -36,6 +36,7 @@ app.add_typer(arena_app, name="arena", rich_help_panel="Tools and environments")
 @arena_app.command("pack")
 def pack(
     path: Annotated[Path, typer.Argument(help="Trajectory shards (file, folder or glob).")],
+    # typer marks a required option by the default ``...``
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the packages.")] = ...,  # type: ignore[assignment]
     code: Annotated[
         Literal["table", "reference"],

@@ -177,7 +177,7 @@ def stage(
     inputs: Annotated[
         list[Path] | None, typer.Option("--in", "-i", help="Input shards (repeatable).")
     ] = None,
-    # ``...``: typer's mark of a required option
+    # typer marks a required option by the default ``...``
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = ...,  # type: ignore[assignment]
     set_: Annotated[
         list[str] | None,

@@ -296,10 +296,12 @@ def graph(
         imported_or_fail(ts, target, fmt)
     else:
         ts = _load(target)
+    from pydantic import ValidationError
+
     try:
         config = GraphConfig(similarity=similarity, threshold=threshold)
-    except ValueError as exc:
-        raise UserError(f"invalid graph option: {exc.errors()[0]['msg']}") from None  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        raise UserError(f"invalid graph option: {exc.errors()[0]['msg']}") from None
     g = build_graph(ts, config)
     s = g.stats()
     console.print(

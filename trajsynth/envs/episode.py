@@ -146,7 +146,7 @@ User = Callable[[Sequence[Message], UserEvent], Awaitable[str | None]]
 
 def is_question(text: str | None) -> bool:
     """A text reply that asks the user something (ends with '?')."""
-    return bool(text) and text.strip().endswith("?")  # type: ignore[union-attr]
+    return bool(text and text.strip().endswith("?"))
 
 
 def turn_starts(messages: Sequence[Message]) -> list[int]:

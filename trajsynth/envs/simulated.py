@@ -674,8 +674,9 @@ class SimulatedEnvironment(Environment):
         proposal = {"output": output} if error is None else {"error": error}
         query = ToolQuery(self.seed, before, {**spec.to_openai()["function"],
                           "response": spec.response}, call, ledger, proposal)  # fmt: skip
+        assert self.answer is not None, "asked only when there is an answering model"
         try:
-            answer = self.answer(query)  # type: ignore[misc]
+            answer = self.answer(query)
         except EndpointError:  # the endpoint failed for good: not an answer (see step 5)
             raise
         except Exception as exc:  # the answering function broke: the proposal stands

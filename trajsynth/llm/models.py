@@ -255,13 +255,14 @@ def _gguf_parsed_once() -> Iterator[None]:
             readers[key] = reader_cls(path, mode)
         return readers[key]
 
+    # a module attribute patched for the duration (transformers reads gguf.GGUFReader)
     gguf.GGUFReader = reader  # type: ignore[misc,assignment]
     if name_map is not None:
         gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
     try:
         yield
     finally:
-        gguf.GGUFReader = reader_cls  # type: ignore[misc]
+        gguf.GGUFReader = reader_cls  # type: ignore[misc]  # the patch undone
         if name_map is not None:
             gguf.get_tensor_name_map = name_map
         readers.clear()

@@ -96,7 +96,7 @@ class Arena(RowStage[ArenaConfig]):
     @staticmethod
     def _box(ctx: Context) -> Sandbox:
         """The environment factory's shared sandbox (``defaults.env.sandbox``)."""
-        return ctx.envs.sandbox  # type: ignore[no-any-return]
+        return ctx.envs.sandbox
 
     async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
         cfg = self.config

@@ -214,7 +214,7 @@ def _label_noise(
         "seed_rows": len(seed),
         "seed_noisy": sum(1 for r in seed if noise_of(r.extra)),
         "rate": _ratio(sum(1 for r in seed if noise_of(r.extra)), len(seed)),
-        "kinds": dict(Counter(noise_of(r.extra)["kind"] for r in seed if noise_of(r.extra))),  # type: ignore[index]
+        "kinds": dict(Counter(n["kind"] for r in seed if (n := noise_of(r.extra)))),
         "iterations": out_iters,
         "total": {
             **dict(totals),

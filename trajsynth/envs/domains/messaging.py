@@ -289,7 +289,7 @@ def find_contacts(
 @tool()
 def get_contact(db: State, contact_id: Annotated[str, "Contact id."]) -> Contact:
     """Get one contact's details."""
-    return dict(get_or_fail(db, "contacts", contact_id, "contact"))  # type: ignore[return-value]
+    return cast(Contact, dict(get_or_fail(db, "contacts", contact_id, "contact")))
 
 
 @tool(writes=True)
@@ -345,7 +345,7 @@ def read_message(db: State, message_id: Annotated[str, "Message id."]) -> FullMe
     m = get_or_fail(db, "messages", message_id, "message")
     if not m["read"]:
         m = db.update("messages", message_id, read=True)
-    return {**m, "recipient_ids": list(m["recipient_ids"])}  # type: ignore[typeddict-item]
+    return cast(FullMessage, {**m, "recipient_ids": list(m["recipient_ids"])})
 
 
 @tool(writes=True)

@@ -509,13 +509,13 @@ def book_flight(
         "status": "confirmed",
     }
     db.put("bookings", bid, booking)
-    return dict(booking)  # type: ignore[return-value]
+    return cast(Booking, dict(booking))
 
 
 @tool()
 def get_booking(db: State, booking_id: Annotated[str, "Booking id, e.g. 'BK-1A2B3C'."]) -> Booking:
     """Get one booking."""
-    return dict(get_or_fail(db, "bookings", booking_id, "booking"))  # type: ignore[return-value]
+    return cast(Booking, dict(get_or_fail(db, "bookings", booking_id, "booking")))
 
 
 @tool()
@@ -527,11 +527,11 @@ def list_bookings(
     """List a traveller's bookings."""
     get_or_fail(db, "users", user_id, "user")
     found = [
-        dict(b)
+        cast(Booking, dict(b))
         for _, b in sorted(db.rows("bookings"))
         if b["user_id"] == user_id and (status == "all" or b["status"] == status)
     ]
-    return {"bookings": found}  # type: ignore[typeddict-item]
+    return {"bookings": found}
 
 
 @tool(writes=True)
@@ -591,10 +591,9 @@ def search_hotels(
         key=lambda h: (h["nightly_rate_usd"], h["hotel_id"]),
     )
     options = [
-        {**h, "total_usd": money(h["nightly_rate_usd"] * nights)}  # type: ignore[typeddict-item]
-        for h in found
+        cast(HotelOption, {**h, "total_usd": money(h["nightly_rate_usd"] * nights)}) for h in found
     ]
-    return {"hotels": options, "count": len(options)}  # type: ignore[typeddict-item]
+    return {"hotels": options, "count": len(options)}
 
 
 @tool(writes=True)
@@ -634,7 +633,7 @@ def book_hotel(
         "status": "confirmed",
     }
     db.put("bookings", bid, booking)
-    return dict(booking)  # type: ignore[return-value]
+    return cast(Booking, dict(booking))
 
 
 @tool()
@@ -671,7 +670,7 @@ def find_user(db: State, email: Annotated[str, "The traveller's email address."]
 def get_user(db: State, user_id: Annotated[str, "Traveller id from find_user."]) -> UserProfile:
     """Get a traveller's profile and payment methods."""
     u = get_or_fail(db, "users", user_id, "user")
-    return {**u, "payment_methods": [dict(pm) for pm in u["payment_methods"]]}  # type: ignore[typeddict-item]
+    return cast(UserProfile, {**u, "payment_methods": [dict(pm) for pm in u["payment_methods"]]})
 
 
 TOOLS = [

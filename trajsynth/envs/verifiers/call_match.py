@@ -246,7 +246,7 @@ def match_call(
     ``spec`` is the tool's doc (a :class:`ToolSpec` or its ``parameters`` schema); without it
     the types are taken from the gold values. ``names``: see step 1.
     """
-    name, raw = normalize_call(call)  # type: ignore[arg-type]
+    name, raw = normalize_call(call)
     gold_name, gold_params = gold_alternatives(gold)
     # 1) name
     if _resolve_names(names, [call]) == "as_written":
@@ -448,7 +448,7 @@ def exact_multiset_reward(
     >>> exact_multiset_reward("Done.", "Sure."), exact_multiset_reward("Done.", [a])
     (1.0, 0.0)
     """
-    pred_calls = [] if isinstance(predicted, str) else _calls(predicted)  # type: ignore[arg-type]
+    pred_calls = [] if isinstance(predicted, str) else _calls(predicted)
     gold_calls = [] if gold is None or isinstance(gold, str) else list(gold)
     if not pred_calls and not gold_calls:
         return 1.0

@@ -30,7 +30,7 @@ path of the offending value (``passengers[1].dob``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -229,15 +229,15 @@ def to_toolset(tools: Toolset | Sequence[dict[str, Any]] | str) -> Toolset:
     return Toolset.shared(tools)
 
 
-def normalize_call(call: ToolCall | dict[str, Any] | tuple[str, Any]) -> tuple[str, Any]:
+def normalize_call(call: ToolCall | Mapping[str, Any] | tuple[str, Any]) -> tuple[str, Any]:
     """(name, arguments) from a ToolCall, an OpenAI tool-call dict, {name, arguments} or a pair.
     Arguments stay as given (dict or JSON text)."""
     if isinstance(call, ToolCall):
         return call.name, call.arguments
     if isinstance(call, tuple):
         return call[0], call[1]
-    if isinstance(call, dict):
-        fn = call["function"] if isinstance(call.get("function"), dict) else call
+    if isinstance(call, Mapping):
+        fn = call["function"] if isinstance(call.get("function"), Mapping) else call
         return str(fn.get("name", "")), fn.get("arguments", {})
     raise TypeError(f"not a tool call: {call!r}")
 
