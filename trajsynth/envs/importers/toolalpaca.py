@@ -138,7 +138,7 @@ def convert_openapi_operation(
     if isinstance(body, dict):
         body_schema = _json_content_schema(body.get("content"))
         if body_schema is not None:
-            schema = _clean_schema(schema)
+            schema = _clean_schema(body_schema)
             if schema.get("type", "object") == "object" and isinstance(
                 schema.get("properties"), dict
             ):
