@@ -88,6 +88,7 @@ lint: install
 	$(BIN)/ruff check trajsynth tests bench
 	$(BIN)/ruff format --check trajsynth tests bench
 	$(TS) schema --check
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff format trajsynth tests bench

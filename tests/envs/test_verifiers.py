@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -151,6 +152,28 @@ def test_bfcl_int_for_float_but_not_the_reverse() -> None:
     assert match_call({"name": "f", "arguments": {"x": 5.0, "n": 3.0}}, gold, doc).category == (
         "wrong_type"
     )
+
+
+def test_list_items_typed_by_a_list_of_types_are_not_type_checked() -> None:
+    """JSON Schema allows ``"type": ["integer", "null"]``; the items' check looked that list up
+    in a dict (TypeError: unhashable) instead of leaving the items to the value check."""
+    ids = {"type": "array", "items": {"type": ["integer", "null"]}}
+    doc = {"type": "object", "properties": {"ids": ids}}
+    gold = GoldCall(name="f", acceptable={"ids": [[1, None]]})
+    assert match_call({"name": "f", "arguments": {"ids": [1, None]}}, gold, doc)
+    assert match_call({"name": "f", "arguments": {"ids": [2]}}, gold, doc).category == (
+        "wrong_value"
+    )
+
+
+def test_a_call_given_as_any_mapping_is_matched() -> None:
+    """match_call takes a Mapping (its signature says so); a read-only one made normalize_call
+    raise TypeError("not a tool call") since it accepted dicts only."""
+    gold = GoldCall(name="f", acceptable={"x": [1]})
+    call = MappingProxyType({"name": "f", "arguments": {"x": 1}})
+    assert match_call(call, gold)
+    fn = MappingProxyType({"name": "f", "arguments": '{"x": 2}'})
+    assert match_call(MappingProxyType({"function": fn}), gold).category == "wrong_value"
 
 
 def test_bfcl_optional_lists_dicts_and_variables() -> None:

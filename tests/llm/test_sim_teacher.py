@@ -548,3 +548,15 @@ def test_misleading_hint_steps_are_followed() -> None:
     assert [(c["name"], json.loads(c["arguments"])) for c in choice.tool_calls] == [
         ("book_flight", {"flight_id": "FL99"})
     ]
+
+
+def test_spurious_arguments_for_a_parameter_typed_by_a_list_of_json_types() -> None:
+    """``"type": ["integer", "null"]`` is valid JSON Schema; the spurious call's arguments
+    looked that list up in a dict (TypeError: unhashable) and failed the whole turn."""
+    from trajsynth.llm.sim.text import ToolInfo, default_args
+
+    info = ToolInfo(name="f", properties={"n": {"type": ["integer", "null"]}}, required=["n"])
+    args = default_args(info, random.Random(0))
+    assert list(args) == ["n"] and isinstance(args["n"], str)
+    typed = ToolInfo(name="g", properties={"n": {"type": "integer"}}, required=["n"])
+    assert default_args(typed, random.Random(0)) == {"n": 7}

@@ -49,9 +49,8 @@ def test_long_adversarial_outputs_up_to_the_cap_parse_in_bounded_time() -> None:
 def test_other_readers_of_model_text_are_linear() -> None:
     """EDDE's INPUT/OUTPUT split (cubic before), the arena's code block (quadratic) and a
     tool schema's ``pattern`` applied to a model's argument (the ``regex`` time limit)."""
-    from trajsynth.stages.looptool.edde import parse_generation
-
     from trajsynth.envs.verifiers.schema import check_arguments
+    from trajsynth.stages.looptool.edde import parse_generation
     from trajsynth.stages.methods.arena import code_block
 
     with cpu_limit(5.0):

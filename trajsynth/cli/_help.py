@@ -89,7 +89,8 @@ def _apply(params: list[Any], metavars: dict[str, tuple[str, str]]) -> None:
         if param.metavar is None and param.name in metavars:
             param.metavar, shown = metavars[param.name]
             if isinstance(param, TyperArgument):  # its type column: PATH, not <path>
-                param.display_type_rich = lambda ctx, shown=shown: shown
+                # this one argument's type column; typer offers no setting for it
+                param.display_type_rich = lambda ctx, shown=shown: shown  # type: ignore[method-assign,misc]
 
 
 class _Tidy:
@@ -104,6 +105,7 @@ class _Tidy:
         _apply(self.params, self.metavars)
 
     def get_help_option(self, ctx: Any) -> Any:
+        # a mixin: the click command class it is mixed into has get_help_option
         return _no_metavar_on_help(super().get_help_option(ctx))  # type: ignore[misc]
 
 

@@ -99,8 +99,9 @@ def config_options(config: type[BaseModel], *shortcuts: Shortcut) -> Callable[[F
             settings = {s.field: kwargs.pop(s.field) for s in shortcuts}
             return fn(settings=settings, **kwargs)
 
+        # typer reads the options from the signature; functions have no declared __signature__
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
-        return command  # type: ignore[return-value]
+        return command  # type: ignore[return-value]  # wraps(fn): fn's type, other options
 
     return decorate

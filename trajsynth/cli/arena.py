@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -36,6 +36,7 @@ app.add_typer(arena_app, name="arena", rich_help_panel="Tools and environments")
 @arena_app.command("pack")
 def pack(
     path: Annotated[Path, typer.Argument(help="Trajectory shards (file, folder or glob).")],
+    # typer marks a required option by the default ``...``
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the packages.")] = ...,  # type: ignore[assignment]
     code: Annotated[
         Literal["table", "reference"],
@@ -58,7 +59,7 @@ def pack(
         raise UserError(f"{path} holds no rows")
     out.mkdir(parents=True, exist_ok=True)
     reasons: Counter[str] = Counter()
-    index = []
+    index: list[dict[str, Any]] = []
     with Sandbox() as sandbox:
         for row in rows:
             if limit is not None and len(index) >= limit:
@@ -72,7 +73,7 @@ def pack(
                 else:
                     package = pack_arena(
                         row,
-                        code=code,  # type: ignore[arg-type]
+                        code=code,
                         distractors=distractors,
                         sandbox=sandbox,
                     )

@@ -252,6 +252,7 @@ def export(
             help="trl, jsonl, hf, dpo, steca, verl or openai-ft (see above).",
         ),
     ] = "trl",
+    # typer marks a required option by the default ``...``
     out: Annotated[Path, typer.Option("--out", "-o", help="Destination file or folder.")] = ...,  # type: ignore[assignment]
     split: Annotated[
         str,

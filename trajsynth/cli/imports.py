@@ -27,6 +27,7 @@ app.add_typer(import_app, name="import", rich_help_panel="Data")
 @import_app.command("tau-trajectories")
 def tau_trajectories_cmd(
     src: Annotated[Path, typer.Argument(help="A tau-bench historical trajectories JSON file.")],
+    # typer marks a required option by the default ``...``
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = ...,  # type: ignore[assignment]
     tools: Annotated[
         Path | None, typer.Option(help="The domain's tools_openai.json (found next to SRC).")

@@ -55,6 +55,7 @@ def _metrics(result: Any, name: str) -> dict[str, Any]:
 )
 def filter_cmd(
     path: InPath,
+    # typer marks a required option by the default ``...``
     out: OutPath = ...,  # type: ignore[assignment]
     settings: dict[str, Any] = {},  # noqa: B006 - replaced by one option per field
     force: Force = False,
@@ -123,6 +124,7 @@ def filter_cmd(
 )
 def dedup_cmd(
     path: InPath,
+    # typer marks a required option by the default ``...``
     out: OutPath = ...,  # type: ignore[assignment]
     settings: dict[str, Any] = {},  # noqa: B006 - replaced by one option per field
     force: Force = False,
@@ -165,6 +167,7 @@ def dedup_cmd(
 )
 def balance_cmd(
     path: InPath,
+    # typer marks a required option by the default ``...``
     out: OutPath = ...,  # type: ignore[assignment]
     settings: dict[str, Any] = {},  # noqa: B006 - replaced by one option per field
     force: Force = False,

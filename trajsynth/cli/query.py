@@ -88,6 +88,7 @@ def query(
     if limit is None and fmt == "table":
         limit = 20
     table = run_query(path, filters, columns=None if steps else cols, steps=steps, limit=limit)
+    assert not isinstance(table, int), "a count only with count=True"
     if out:
         write_result(table, out, "jsonl" if fmt == "table" else fmt)
         console.print(f"{table.num_rows:,} {'steps' if steps else 'rows'} → {out}")

@@ -177,6 +177,7 @@ def stage(
     inputs: Annotated[
         list[Path] | None, typer.Option("--in", "-i", help="Input shards (repeatable).")
     ] = None,
+    # typer marks a required option by the default ``...``
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = ...,  # type: ignore[assignment]
     set_: Annotated[
         list[str] | None,
@@ -301,7 +302,7 @@ def list_stages(
 
     stages = load_builtin_stages()
     names = [name] if name else sorted(stages)
-    info = {}
+    info: dict[str, dict[str, Any]] = {}
     for n in names:
         cls = get_stage(n)
         info[n] = {

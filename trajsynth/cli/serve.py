@@ -124,7 +124,7 @@ def serve(
 
     Endpoints: /v1/chat/completions, /v1/models, /v1/files and /v1/batches, plus /metrics.
     """
-    from ..llm.base import RoleConfig
+    from ..llm.base import Backend, RoleConfig
     from ..llm.server import READY_LINE, Latency, ServerOptions
     from ..llm.server import serve as run_server
 
@@ -137,7 +137,7 @@ def serve(
             cfg = SimConfig.model_validate(json.loads(sim_config) if sim_config else {})
         except (ValueError, ValidationError) as exc:
             raise ConfigError(f"--sim-config: {exc}".splitlines()[0]) from None
-        engine = SimBackend(cfg, role="generic", model=model_name or "sim")
+        engine: Backend = SimBackend(cfg, role="generic", model=model_name or "sim")
         name = model_name or "sim"
     else:  # local
         from ..llm.local import LocalBackend
@@ -148,8 +148,9 @@ def serve(
         folder = resolve_model(model)
         if folder == "tiny":
             raise ConfigError("--model tiny is built by train-sft; serve its output folder")
-        engine = LocalBackend(RoleConfig(backend="local", model=folder))
-        engine.load()
+        local = LocalBackend(RoleConfig(backend="local", model=folder))
+        local.load()
+        engine = local
         name = model_name or (model if "/" not in model else Path(folder).name)
 
     options = ServerOptions(

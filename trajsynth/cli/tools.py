@@ -179,9 +179,11 @@ def import_(
         return
     path = Path(src)
     if fmt is None:
-        fmt, why = detect_format(path)
-        err_console.print(f"format: {fmt} (detected: {why}); --format chooses another")
-    ts = import_tools(path, fmt)
+        chosen, why = detect_format(path)
+        err_console.print(f"format: {chosen} (detected: {why}); --format chooses another")
+    else:
+        chosen = fmt
+    ts = import_tools(path, chosen)
     if not quiet:
         if ts.failures:
             console.print(_issues_table("not imported", ts.failures, _FAILURES_SHOWN))
@@ -189,10 +191,10 @@ def import_(
             console.print(_issues_table("imported with a change", ts.altered, _FAILURES_SHOWN))
         if ts.duplicates and strict:
             console.print(_issues_table("duplicates dropped", ts.duplicates, _FAILURES_SHOWN))
-    imported_or_fail(ts, src, fmt, strict=strict)
+    imported_or_fail(ts, src, chosen, strict=strict)
     ts.save(out)
     console.print(
-        f"[green]✓[/] {len(ts)} tools from {ts.records} records of {src} ({fmt}) → {out}"
+        f"[green]✓[/] {len(ts)} tools from {ts.records} records of {src} ({chosen}) → {out}"
         + (f"; [yellow]{len(ts.failures)} failed[/]" if ts.failures else "")
         + (f"; [yellow]{len(ts.altered)} altered[/]" if ts.altered else "")
         + (f"; {len(ts.duplicates)} names defined twice (first kept)" if ts.duplicates else "")
@@ -294,10 +296,12 @@ def graph(
         imported_or_fail(ts, target, fmt)
     else:
         ts = _load(target)
+    from pydantic import ValidationError
+
     try:
-        config = GraphConfig(similarity=similarity, threshold=threshold)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise UserError(f"invalid graph option: {exc.errors()[0]['msg']}") from None  # type: ignore[attr-defined]
+        config = GraphConfig(similarity=similarity, threshold=threshold)
+    except ValidationError as exc:
+        raise UserError(f"invalid graph option: {exc.errors()[0]['msg']}") from None
     g = build_graph(ts, config)
     s = g.stats()
     console.print(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -165,6 +166,7 @@ class RichProgress:
 @app.command("train-sft", rich_help_panel="Training")
 def train_sft_command(
     data: Annotated[Path, typer.Argument(help="Trajectory shards (file or folder).")],
+    # typer marks a required option by the default ``...``
     out: Annotated[Path, typer.Option("--out", "-o", help="Model folder to write.")] = ...,  # type: ignore[assignment]
     model: Annotated[
         str,
@@ -267,7 +269,9 @@ def train_grpo_command(
         typer.Option(
             metavar="MODEL", help="Starting checkpoint: a model folder or name (smollm2-135m)."
         ),
+        # typer marks a required option by the default ``...``
     ] = ...,  # type: ignore[assignment]
+    # typer marks a required option by the default ``...``
     out: Annotated[Path, typer.Option("--out", "-o", help="Model folder to write.")] = ...,  # type: ignore[assignment]
     tasks: Annotated[
         Path | None, typer.Option(help="Task rows (ground truth, tools, first request).")
@@ -432,6 +436,7 @@ def train_prm_command(
             help="Rows with step labels: STeCa rows, or trajectories with ground truth."
         ),
     ],
+    # typer marks a required option by the default ``...``
     out: Annotated[Path, typer.Option("--out", "-o", help="PRM folder to write.")] = ...,  # type: ignore[assignment]
     model: Annotated[
         str,
@@ -440,6 +445,7 @@ def train_prm_command(
             help="The encoder: a model folder or name (the policy's SFT checkpoint).",
             rich_help_panel=MODEL,
         ),
+        # typer marks a required option by the default ``...``
     ] = ...,  # type: ignore[assignment]
     labels: Annotated[
         Literal["steca", "verifier", "both"] | None,
@@ -705,7 +711,7 @@ def _eval_benchmark(
         disable=as_json or not err_console.is_terminal,
     ) as bar:
 
-        def progress(total: int) -> Any:
+        def progress(total: int) -> Callable[[int], None]:
             task = bar.add_task("", total=total)
             return lambda n: bar.advance(task, n)
 

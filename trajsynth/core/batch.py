@@ -87,7 +87,7 @@ def conform(data: pa.RecordBatch | pa.Table | Sequence[Trajectory], *, where: st
     """
     if isinstance(data, (list, tuple)):
         return pa.Table.from_batches([to_batch(data)])
-    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+    table: pa.Table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
     if table.schema.equals(ARROW_SCHEMA, check_metadata=False):
         return table.replace_schema_metadata(ARROW_SCHEMA.metadata)
     unknown = [n for n in table.column_names if ARROW_SCHEMA.get_field_index(n) < 0]

@@ -141,7 +141,8 @@ def cosine_similarity(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
     """
     a = _unit(np.asarray(a, dtype=np.float32))
     b = a if b is None else _unit(np.asarray(b, dtype=np.float32))
-    return a @ b.T
+    similarity: np.ndarray = a @ b.T
+    return similarity
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -126,6 +126,9 @@ class BackendError(TrajsynthError):
 class EndpointError(BackendError):
     """An LLM endpoint failed after retries, or answered with a client error."""
 
+    #: HTTP requests the failure took, where the backend sets it (the results count it)
+    attempts: int = 0
+
 
 class InfraError(EndpointError):
     """A request failed for good because of the endpoint, not the model: retries exhausted on

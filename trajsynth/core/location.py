@@ -211,7 +211,8 @@ def read_bytes(path: Any) -> bytes:
         return Path(p).read_bytes()
     fs, key = _fs(p)
     with storage_errors(p, "read"):
-        return fs.cat_file(key)
+        data: bytes = fs.cat_file(key)
+        return data
 
 
 def size_of(path: Any) -> int:

@@ -450,7 +450,7 @@ def arrow_schema() -> pa.Schema:
 
 
 _JSON_FIELDS = tuple(n for n, i in Trajectory.model_fields.items() if _is_json(i))
-_JSON_EXCLUDE = frozenset(_JSON_FIELDS)
+_JSON_EXCLUDE: set[str] = set(_JSON_FIELDS)  # model_dump takes a set (never changed)
 #: JSON columns whose text many rows repeat (decoded once per text by :func:`to_records`)
 _SHARED_JSON = frozenset({"tools"})
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)

@@ -59,7 +59,8 @@ def is_clean(text: str) -> bool:
 
 
 def _join_pair(m: re.Match[str]) -> str:
-    hi, lo = m.group()
+    pair = m.group()  # the pattern matches exactly two code units
+    hi, lo = pair[0], pair[1]
     return chr(0x10000 + ((ord(hi) - 0xD800) << 10) + (ord(lo) - 0xDC00))
 
 

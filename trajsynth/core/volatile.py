@@ -99,4 +99,4 @@ def same_result(a: Any, b: Any) -> bool:
     """Whether two results are equal but for their volatile parts."""
     if a == b:
         return True
-    return mask(_load(a)) == mask(_load(b))
+    return bool(mask(_load(a)) == mask(_load(b)))  # JSON values: == is a bool

@@ -49,7 +49,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, ValidationError
 
@@ -85,7 +85,7 @@ __all__ = [
     "table_code",
 ]
 
-FORMAT = "trajsynth-arena/1"
+FORMAT: Final = "trajsynth-arena/1"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -174,7 +174,9 @@ class ArenaReward:
     extra_calls: int
 
 
-def _calls_of(episode: Sequence[Message | ToolCall | dict[str, Any]]) -> list[Any]:
+def _calls_of(
+    episode: Sequence[Message | ToolCall | dict[str, Any] | tuple[str, Any]],
+) -> list[Any]:
     out: list[Any] = []
     for item in episode:
         if isinstance(item, Message):
@@ -186,7 +188,8 @@ def _calls_of(episode: Sequence[Message | ToolCall | dict[str, Any]]) -> list[An
 
 
 def arena_reward(
-    package: ArenaPackage, episode: Sequence[Message | ToolCall | dict[str, Any]]
+    package: ArenaPackage,
+    episode: Sequence[Message | ToolCall | dict[str, Any] | tuple[str, Any]],
 ) -> ArenaReward:
     """Steps 1-3 of the module docstring: F1 of the sub-goals solved against the calls made.
 

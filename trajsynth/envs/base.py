@@ -145,7 +145,7 @@ def as_ground_truth(task: GroundTruth | Trajectory | dict[str, Any] | None) -> G
 
 
 def _call_from_dict(d: dict[str, Any], index: int) -> ToolCall:
-    fn = d.get("function") if isinstance(d.get("function"), dict) else d
+    fn = d["function"] if isinstance(d.get("function"), dict) else d
     args = fn.get("arguments", "{}")
     if not isinstance(args, str):
         args = json.dumps(args, ensure_ascii=False)

@@ -73,7 +73,7 @@ def load_target(target: str) -> tuple[str, Callable[[], Any]]:
 
 
 def _methods(obj: Any) -> dict[str, Callable[..., Any]]:
-    out = {}
+    out: dict[str, Callable[..., Any]] = {}
     for name in dir(obj):
         if name.startswith("_"):
             continue

@@ -146,7 +146,7 @@ User = Callable[[Sequence[Message], UserEvent], Awaitable[str | None]]
 
 def is_question(text: str | None) -> bool:
     """A text reply that asks the user something (ends with '?')."""
-    return bool(text) and text.strip().endswith("?")  # type: ignore[union-attr]
+    return bool(text and text.strip().endswith("?"))
 
 
 def turn_starts(messages: Sequence[Message]) -> list[int]:
@@ -518,14 +518,17 @@ async def play(
         ep.next_prompt()
         if not ep.done:
             await ep.advance(first)
+    # when the episode records tokens, the policy takes prompt_ids= too (module docstring),
+    # which the Policy protocol does not state
+    ask: Callable[..., Any] = policy
     while not ep.done:
         ids = ep.next_prompt()
         if ep.done:
             break
         if ids is None:
-            reply = await _maybe_await(policy(ep.messages, ep.tools))
+            reply = await _maybe_await(ask(ep.messages, ep.tools))
         else:
-            reply = await _maybe_await(policy(ep.messages, ep.tools, prompt_ids=ids))
+            reply = await _maybe_await(ask(ep.messages, ep.tools, prompt_ids=ids))
         await ep.advance(reply)
     return ep.result()
 

@@ -315,9 +315,9 @@ class EnvFactory:
                 if domain not in self._toolsets:
                     tc = self.toolset_config(domain)
                     if tc.tools:
-                        ts, self._owners[domain] = self._mixed(domain, tc)
+                        mixed, self._owners[domain] = self._mixed(domain, tc)
                         drop = [*tc.exclude, *benchmark]
-                        self._toolsets[domain] = _without(ts, drop)
+                        self._toolsets[domain] = _without(mixed, drop)
                         return self._toolsets[domain]
                     ts = tc.load_specs()
                     if tc.backend == "code":
@@ -387,7 +387,7 @@ class EnvFactory:
                 hint=f"its tools: {', '.join(base.names())}",
             )
         names = [*base.names(), *(t for t in tc.tools if t not in base.names())]
-        owners = {t: tc.tools.get(t, tc.backend) for t in names}
+        owners: dict[str, str] = {t: tc.tools.get(t, tc.backend) for t in names}
         missing = [f"{t} ({b})" for t, b in owners.items() if t not in parts[b].names()]
         if missing:
             raise ConfigError(
@@ -468,7 +468,10 @@ class EnvFactory:
         """A fresh environment for ``domain`` in the state of ``seed`` (+ ``initial_state``)."""
         self._check(domain)
         cfg = self.config
-        common = {"max_steps": cfg.max_steps, "max_observation_chars": cfg.max_observation_chars}
+        common: dict[str, Any] = {
+            "max_steps": cfg.max_steps,
+            "max_observation_chars": cfg.max_observation_chars,
+        }
         backend = self.toolset_config(domain).backend if domain in cfg.toolsets else None
         if cfg.recording == "replay" or backend == "replay":
             return ReplayEnvironment(
@@ -549,7 +552,10 @@ class EnvFactory:
         from .mixed import MixedEnvironment
 
         cfg, tc, owners = self.config, self.toolset_config(domain), self.owners(domain)
-        common = {"max_steps": cfg.max_steps, "max_observation_chars": cfg.max_observation_chars}
+        common: dict[str, Any] = {
+            "max_steps": cfg.max_steps,
+            "max_observation_chars": cfg.max_observation_chars,
+        }
         full = self.toolset(domain)
         parts: dict[str, Environment] = {}
         for b in sorted(set(owners.values())):

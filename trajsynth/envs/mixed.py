@@ -63,6 +63,7 @@ class MixedEnvironment(Environment):
         if initial_state is not None:  # each part starts from its share (step 2)
             for b, share in self._split(initial_state).items():
                 part = self.parts[b]
+                # simulated, code and MCP environments (a mixed toolset's backends) have it
                 part.initial_state = share  # type: ignore[attr-defined]
                 part.reset(None)
 

@@ -342,15 +342,15 @@ def make_value(name: str, schema: Mapping[str, Any], rng: random.Random, depth: 
         b = int(hi) if isinstance(hi, (int, float)) else a + 99
         return rng.randint(a, max(a, b))
     if kind == "number":
-        a = float(lo) if isinstance(lo, (int, float)) else 1.0
-        b = float(hi) if isinstance(hi, (int, float)) else a + 999.0
-        return round(rng.uniform(a, max(a, b)), 2)
+        low = float(lo) if isinstance(lo, (int, float)) else 1.0
+        high = float(hi) if isinstance(hi, (int, float)) else low + 999.0
+        return round(rng.uniform(low, max(low, high)), 2)
     if kind == "boolean":
         return rng.random() < 0.5
     if kind == "null":
         return None
     if kind == "array":
-        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
+        items = schema["items"] if isinstance(schema.get("items"), Mapping) else {}
         n = max(int(schema.get("minItems") or 0), 1 if depth < 3 else 0)
         n = min(n + rng.randint(0, 1), int(schema.get("maxItems") or 3))
         return [make_value(_singular(name), items, rng, depth + 1) for _ in range(n)]
@@ -630,11 +630,12 @@ class SimulatedEnvironment(Environment):
             return _answer(spec, facts, rng, result=new_id)
         if effect.action in ("read", "update", "delete") and effect.key is not None:
             ident = args.get(effect.key)
-            record = self.db.get(kind, str(ident)) if ident is not None else None
-            if record is None:
+            stored = self.db.get(kind, str(ident)) if ident is not None else None
+            if stored is None:
                 if kind in self.db.tables():
                     raise ToolError("not_found", f"no {kind.replace('_', ' ')} with id {ident!r}")
-                record = {effect.key: ident}
+                stored = {effect.key: ident}
+            record = stored
             if effect.action == "update":
                 changes = {k: v for k, v in args.items() if k != effect.key and v is not None}
                 if effect.status:
@@ -673,8 +674,9 @@ class SimulatedEnvironment(Environment):
         proposal = {"output": output} if error is None else {"error": error}
         query = ToolQuery(self.seed, before, {**spec.to_openai()["function"],
                           "response": spec.response}, call, ledger, proposal)  # fmt: skip
+        assert self.answer is not None, "asked only when there is an answering model"
         try:
-            answer = self.answer(query)  # type: ignore[misc]
+            answer = self.answer(query)
         except EndpointError:  # the endpoint failed for good: not an answer (see step 5)
             raise
         except Exception as exc:  # the answering function broke: the proposal stands
@@ -740,9 +742,9 @@ def _id_fields(toolset: Toolset, effects: Mapping[str, ToolEffect]) -> dict[str,
             kind = effects[spec.name].kind if p == effects[spec.name].key else id_kind(p)
             if kind is None:
                 continue
-            k = kinds.setdefault(kind, _Kind([], _scalar_schema(schema), {}))
-            if p not in k.id_names:
-                k.id_names.append(p)
+            entry = kinds.setdefault(kind, _Kind([], _scalar_schema(schema), {}))
+            if p not in entry.id_names:
+                entry.id_names.append(p)
     for spec in toolset:
         eff = effects[spec.name]
         k = kinds.get(eff.kind)

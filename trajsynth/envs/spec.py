@@ -238,6 +238,7 @@ class Toolset(BaseModel):
     def __len__(self) -> int:
         return len(self.tools)
 
+    # a toolset iterates over its tools, not over pydantic's (field, value) pairs
     def __iter__(self) -> Iterator[ToolSpec]:  # type: ignore[override]
         return iter(self.tools)
 

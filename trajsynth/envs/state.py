@@ -157,6 +157,7 @@ class State:
 
     def restore(self, snap: Snapshot) -> None:
         """Go back to ``snap`` (which stays valid and unchanged)."""
+        # the snapshot's tables are this state's dicts (shared until written), typed read-only
         self._tables = dict(snap.tables)  # type: ignore[arg-type]
         self._sums = dict(snap.sums)
         self._shared = set(self._tables)

@@ -117,10 +117,10 @@ def json_schema_of(tp: Any) -> dict[str, Any]:
     if origin is Literal:
         values = list(get_args(tp))
         kinds = {_SIMPLE[type(v)] for v in values}
-        schema: dict[str, Any] = {"enum": values}
+        enum: dict[str, Any] = {"enum": values}
         if len(kinds) == 1:
-            schema = {"type": kinds.pop(), "enum": values}
-        return schema
+            enum = {"type": kinds.pop(), "enum": values}
+        return enum
     if origin in (Union, types.UnionType):
         members = [a for a in get_args(tp) if a is not type(None)]
         nullable = len(members) < len(get_args(tp))

@@ -264,8 +264,8 @@ def _sql(schema: dict[str, Any], known: Known, rng: random.Random) -> str | None
     data = [c for c in cols if c[0].lower() not in ("id", "rowid")] or cols
     if verb == "SELECT":
         if data and rng.random() < 0.5:
-            col = rng.choice(data)[0]
-            return f"SELECT {col} FROM {table}"
+            column = rng.choice(data)[0]
+            return f"SELECT {column} FROM {table}"
         return f"SELECT * FROM {table}" if rng.random() < 0.6 else f"SELECT COUNT(*) FROM {table}"
     if not data:
         return None
@@ -284,12 +284,12 @@ def _sql(schema: dict[str, Any], known: Known, rng: random.Random) -> str | None
 def pattern_value(pattern: str, rng: random.Random) -> str | None:
     """A string that matches ``pattern`` (None for what this small generator cannot)."""
     try:
-        from re import _parser as sre  # type: ignore[attr-defined]
+        from re import _parser as sre  # type: ignore[attr-defined]  # private, not in typeshed
 
         tree = sre.parse(pattern)
     except Exception:
         return None
-    consts = re._constants  # type: ignore[attr-defined]
+    consts = re._constants  # type: ignore[attr-defined]  # private, not in typeshed
     letters, digits = "abcdefghijklmnopqrstuvwxyz", "0123456789"
 
     def one(item: tuple[Any, Any]) -> str | None:
@@ -316,7 +316,8 @@ def pattern_value(pattern: str, rng: random.Random) -> str | None:
             lo, hi, sub = arg
             n = rng.randint(lo, max(lo, min(hi if hi != consts.MAXREPEAT else lo + 6, lo + 6)))
             parts = [seq(sub) for _ in range(n)]
-            return None if any(p is None for p in parts) else "".join(parts)  # type: ignore[arg-type]
+            made = [p for p in parts if p is not None]
+            return None if len(made) < len(parts) else "".join(made)
         if op is consts.SUBPATTERN:
             return seq(arg[-1])
         if op is consts.BRANCH:

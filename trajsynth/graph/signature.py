@@ -989,9 +989,9 @@ def build_graph(
         score = 0.5 * name + 0.5 * d if untyped else max(0.5 * name + 0.5 * d, d - 0.15)
         if score < threshold:
             continue
-        key = (f.tool, tname, pname)
-        if key not in best or score > best[key].score:
-            best[key] = Feed(
+        edge = (f.tool, tname, pname)
+        if edge not in best or score > best[edge].score:
+            best[edge] = Feed(
                 f.tool, f.path, tname, pname, round(score, 4), required, id_like[pi], f.nullable
             )
     by_pair: dict[tuple[str, str], list[Feed]] = {}
@@ -1007,15 +1007,17 @@ def build_graph(
         graph.judged = {"asked": len(keys), "rejected": sum(1 for v in verdicts if not v)}
         by_pair = {k: by_pair[k] for k, ok in zip(keys, verdicts, strict=True) if ok}
     # 6) edges
-    for (s, t), feeds in sorted(by_pair.items()):
-        feeds = sorted(feeds, key=lambda f: (-f.score, f.param))
-        for f in feeds:
-            graph.g.add_edge(f"out:{s}.{f.field}", f"in:{t}.{f.param}", kind="feeds", score=f.score)
+    for (src, dst), feeds in sorted(by_pair.items()):
+        feeds = sorted(feeds, key=lambda fd: (-fd.score, fd.param))
+        for fd in feeds:
+            graph.g.add_edge(
+                f"out:{src}.{fd.field}", f"in:{dst}.{fd.param}", kind="feeds", score=fd.score
+            )
         graph.fg.add_edge(
-            s,
-            t,
+            src,
+            dst,
             feeds=tuple(feeds),
-            score=max(f.score for f in feeds),
-            prerequisite=any(f.required and f.id_like and not f.nullable for f in feeds),
+            score=max(fd.score for fd in feeds),
+            prerequisite=any(fd.required and fd.id_like and not fd.nullable for fd in feeds),
         )
     return graph

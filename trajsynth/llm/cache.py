@@ -217,8 +217,10 @@ class ResponseCache:
                     )
                     self._own_size = 0
                     self._synced = 0
+                segment = self._own
+                assert segment is not None, "set with the segment's file descriptor"
                 os.write(self._own_fd, line)
-                self._index[key] = (self._own, self._own_size, len(line))
+                self._index[key] = (segment, self._own_size, len(line))
                 self._own_size += len(line)
         except (OSError, ValueError, TypeError):
             return

@@ -234,8 +234,8 @@ class LLMClient:
         # 4) clean the text (lone surrogates, NUL), parse, cache, price
         reply = _clean_reply(reply)
         result = await self._result(reply, key, cached=False)
-        if key is not None and result.ok:
-            self.cache.put(key, {"reply": reply.model_dump(mode="json")})  # type: ignore[union-attr]
+        if key is not None and self.cache is not None and result.ok:  # a key: there is a cache
+            self.cache.put(key, {"reply": reply.model_dump(mode="json")})
         self._count(result, count, prefix, cached=False)
         return result
 

@@ -192,7 +192,8 @@ class LocalBackend(Backend):
                     raise ConfigError(f"local backend: {self.path} has no chat template")
                 if needs_tool_template(tok.chat_template):  # ChatML that cannot show tools
                     tok.chat_template = chat_template()
-                model.to(self.settings.device).eval()
+                # transformers types .to's first argument as a model; torch's takes a device
+                model.to(self.settings.device).eval()  # type: ignore[arg-type]
                 self._tok, self._model = tok, model
             return self._tok, self._model
 
@@ -216,7 +217,8 @@ class LocalBackend(Backend):
                 await asyncio.sleep(self.settings.batch_wait_ms / 1000.0)
             head = batcher.pending[0][0]
             key = _sampling_key(head)
-            group, rest = [], []
+            group: list[tuple[ChatRequest, asyncio.Future[BackendReply]]] = []
+            rest: list[tuple[ChatRequest, asyncio.Future[BackendReply]]] = []
             for item in batcher.pending:
                 if len(group) < self.settings.batch_size and _sampling_key(item[0]) == key:
                     group.append(item)

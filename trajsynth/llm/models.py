@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..core.errors import ConfigError
 from .chat_template import EOS, chat_template, needs_tool_template
@@ -249,19 +249,20 @@ def _gguf_parsed_once() -> Iterator[None]:
     reader_cls, name_map = gguf.GGUFReader, getattr(gguf, "get_tensor_name_map", None)
     readers: dict[tuple[str, str], Any] = {}
 
-    def reader(path: Any, mode: str = "r") -> Any:
+    def reader(path: Any, mode: Literal["r", "r+", "c"] = "r") -> Any:
         key = (str(path), mode)
         if key not in readers:
             readers[key] = reader_cls(path, mode)
         return readers[key]
 
+    # a module attribute patched for the duration (transformers reads gguf.GGUFReader)
     gguf.GGUFReader = reader  # type: ignore[misc,assignment]
     if name_map is not None:
         gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
     try:
         yield
     finally:
-        gguf.GGUFReader = reader_cls  # type: ignore[misc]
+        gguf.GGUFReader = reader_cls  # type: ignore[misc]  # the patch undone
         if name_map is not None:
             gguf.get_tensor_name_map = name_map
         readers.clear()

@@ -636,7 +636,8 @@ def _http_module() -> Any:
     """The HTTP library the installed SDK is built on (httpx2 in openai 3, httpx before)."""
     import openai._base_client as base
 
-    return getattr(base, "httpx2", None) or base.httpx
+    # openai < 3 has httpx (the installed SDK's stubs name httpx2 only)
+    return getattr(base, "httpx2", None) or base.httpx  # type: ignore[attr-defined]
 
 
 def _post_takes_content(client: Any) -> bool:

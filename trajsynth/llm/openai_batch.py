@@ -41,6 +41,7 @@ Cost: the client prices a batch role's tokens at the batch price (``prices.batch
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import threading
@@ -265,14 +266,15 @@ class OpenAIBatchBackend(Backend):
         fut = st.waiters.get(key)
         if fut is None:
             fut = st.waiters[key] = loop.create_future()
-            batch_id = self.journal.locate(key) if self.journal is not None else None
+            journal = self.journal
+            batch_id = journal.locate(key) if journal is not None else None
             answer = None
-            if batch_id is not None and batch_id in self.journal.status:  # type: ignore[union-attr]
+            if journal is not None and batch_id is not None and batch_id in journal.status:
                 # collected before a restart: only an answer is reused, like the cache;
                 # a failed line (or one a failed/expired batch never answered) is sent again
-                answer = self.journal.answer(batch_id, key)  # type: ignore[union-attr]
+                answer = journal.answer(batch_id, key)
                 if answer is None or (answer.get("response") or {}).get("status_code") != 200:
-                    self.journal.consume(key)  # type: ignore[union-attr]
+                    journal.consume(key)
                     batch_id = answer = None
             if answer is not None:
                 self.stats["requests_from_journal"] += 1
@@ -302,9 +304,9 @@ class OpenAIBatchBackend(Backend):
             err = err or record.get("error") or {}
             message = err.get("message") if isinstance(err, dict) else str(err)
             message = f"HTTP {status}: {message}"
-        exc = EndpointError(f"{self._where()}: batch {record.get('batch', '?')}: {message}")
-        exc.attempts = 1  # type: ignore[attr-defined]
-        raise exc
+        error = EndpointError(f"{self._where()}: batch {record.get('batch', '?')}: {message}")
+        error.attempts = 1
+        raise error
 
     def _resolve(self, st: _LoopState, key: str, record: dict[str, Any]) -> None:
         fut = st.waiters.pop(key, None)
@@ -323,8 +325,8 @@ class OpenAIBatchBackend(Backend):
 
     # -- the open batch ----------------------------------------------------------------------
     def _enqueue(self, st: _LoopState, key: str, request: ChatRequest) -> None:
-        line = {"custom_id": key, "method": "POST", "url": CHAT_URL}
-        line["body"] = chat_body(self.config, request)  # type: ignore[assignment]
+        line: dict[str, Any] = {"custom_id": key, "method": "POST", "url": CHAT_URL}
+        line["body"] = chat_body(self.config, request)
         try:
             data = (json.dumps(line, ensure_ascii=False) + "\n").encode()
         except UnicodeEncodeError:
@@ -484,7 +486,7 @@ class OpenAIBatchBackend(Backend):
                     continue
                 content = await self._call(
                     "download the batch results",
-                    lambda fid=file_id: client.files.content(fid),  # type: ignore[misc]
+                    functools.partial(client.files.content, file_id),
                 )
                 for line in content.content.splitlines():
                     try:

@@ -375,9 +375,10 @@ def _literal(node: ast.AST) -> Any:
     if isinstance(node, ast.Tuple):
         return [_literal(e) for e in node.elts]
     if isinstance(node, ast.Dict):
-        if any(k is None for k in node.keys):
+        keys = [k for k in node.keys if k is not None]  # None: a ** unpacking
+        if len(keys) < len(node.keys):
             raise ValueError("dict unpacking")
-        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values, strict=True)}
+        return {_literal(k): _literal(v) for k, v in zip(keys, node.values, strict=True)}
     return ast.literal_eval(node)
 
 
@@ -413,11 +414,11 @@ def _parse_pythonic(text: str) -> list[tuple[str, dict[str, Any]]] | str | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     body = tree.body
-    nodes = body.elts if isinstance(body, (ast.List, ast.Tuple)) else [body]
-    if not nodes or not all(isinstance(n, ast.Call) for n in nodes):
+    exprs = body.elts if isinstance(body, (ast.List, ast.Tuple)) else [body]
+    if not exprs or not all(isinstance(n, ast.Call) for n in exprs):
         return None
     calls = []
-    for call in nodes:
+    for call in exprs:
         assert isinstance(call, ast.Call)
         try:
             name = _dotted(call.func)

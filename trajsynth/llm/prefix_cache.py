@@ -120,7 +120,8 @@ class PrefixCache:
             data.append((keys, values))
         if "ddp_cache_data" in inspect.signature(DynamicCache.__init__).parameters:
             return DynamicCache(ddp_cache_data=data)
-        return DynamicCache.from_legacy_cache(tuple(data))  # transformers < 5
+        # transformers < 5 (the installed 5's stubs no longer have it)
+        return DynamicCache.from_legacy_cache(tuple(data))  # type: ignore[attr-defined]
 
     @staticmethod
     def row_layers(cache: Any, row: int, keep: Any) -> list[tuple[Any, Any]]:

@@ -83,4 +83,6 @@ def use_scripted(ctx: Any, role: str, handler: Handler, **settings: Any) -> Scri
     returns the backend, whose ``requests`` list records what the stage sent."""
     client = scripted_client(role, handler, metrics=ctx.metrics, **settings)
     ctx.use_client(role, client)
-    return client.backend  # type: ignore[return-value]
+    backend = client.backend
+    assert isinstance(backend, ScriptedBackend)  # scripted_client made it
+    return backend

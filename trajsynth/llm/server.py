@@ -32,7 +32,7 @@ import random
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..core.errors import ConfigError, EndpointError
 from .base import Backend, BackendReply, ChatRequest
@@ -134,7 +134,7 @@ class _Conn(asyncio.Protocol):
         self.headers: dict[str, str] = {}  # of the request being answered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream server's: read and write
         self.server.counters["connections"] += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -325,6 +325,7 @@ class ChatServer:
         # 4) answer
         if self._sync:
             try:
+                # _sync: the backend has a synchronous answer() (hasattr), which Backend lacks
                 reply = self.backend.answer(request)  # type: ignore[attr-defined]
             except EndpointError as exc:
                 self.counters["bad_request"] += 1
@@ -585,6 +586,7 @@ class ChatServer:
         number = self.counters["chat_requests"]
         try:
             if self._sync:
+                # the backend has a synchronous answer() (hasattr), which Backend lacks
                 reply = self.backend.answer(request)  # type: ignore[attr-defined]
             else:
                 reply = await self.backend.complete(request)
@@ -640,11 +642,14 @@ def _multipart(content_type: str, body: bytes) -> dict[str, tuple[str | None, by
     head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
     msg = BytesParser(policy=HTTP).parsebytes(head + body)
     fields: dict[str, tuple[str | None, bytes]] = {}
-    for part in msg.iter_parts():  # type: ignore[attr-defined]
+    for part in msg.iter_parts():
         name = part.get_param("name", header="content-disposition")
         if name:
-            payload = part.get_payload(decode=True) or b""
-            fields[str(name)] = (part.get_filename(), payload)
+            payload = part.get_payload(decode=True)  # bytes; None for a nested multipart
+            fields[str(name)] = (
+                part.get_filename(),
+                payload if isinstance(payload, bytes) else b"",
+            )
     return fields
 
 
@@ -786,13 +791,15 @@ def spawn_server(*args: str, host: str = "127.0.0.1", timeout: float = 120.0) ->
         env=env,
     )
     line: list[str] = []
-    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    stdout, stderr = proc.stdout, proc.stderr
+    assert stdout is not None and stderr is not None  # both piped
+    reader = threading.Thread(target=lambda: line.append(stdout.readline()), daemon=True)
     reader.start()
     reader.join(timeout)
     if not line or READY_LINE not in line[0]:
         proc.kill()
-        err = proc.stderr.read() if proc.stderr else ""  # type: ignore[union-attr]
+        err = proc.stderr.read() if proc.stderr else ""
         raise RuntimeError(f"trajsynth serve did not start: {line} {err[-2000:]}")
     # stderr is not read while it runs: keep it from filling the pipe
-    threading.Thread(target=proc.stderr.read, daemon=True).start()  # type: ignore[union-attr]
+    threading.Thread(target=stderr.read, daemon=True).start()
     return ServeProcess(proc=proc, base_url=line[0].strip().split(READY_LINE, 1)[1])

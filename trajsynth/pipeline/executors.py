@@ -89,11 +89,11 @@ class UnitResult:
 
 
 # one built stage (and context) per stage per process, so setup() runs once per process
-_BUILT: dict[tuple[str, str], tuple[Stage, Context]] = {}
+_BUILT: dict[tuple[str, str], tuple[Stage[Any], Context]] = {}
 _BUILT_LOCK = threading.Lock()
 
 
-def _stage_for(task: UnitTask) -> tuple[Stage, Context]:
+def _stage_for(task: UnitTask) -> tuple[Stage[Any], Context]:
     key = (task.stage_id, task.cache_key)
     with _BUILT_LOCK:
         if key not in _BUILT:
@@ -188,7 +188,9 @@ class Executor(ABC):
     ) -> Iterator[UnitResult]:
         """Run ``tasks``; yield each result when it is done (any order)."""
 
-    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], rows: int = 0) -> list:
+    def map(
+        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], rows: int = 0
+    ) -> list[Any]:
         """``[fn(*a) for a in args]`` (``fn`` a top-level function, ``args`` picklable): the
         per-shard passes of streaming global stages; ``rows`` is how many input rows they
         cover in all. Default: inline."""
@@ -266,7 +268,9 @@ class LocalExecutor(Executor):
             if io_bound:
                 pool.shutdown(wait=True, cancel_futures=True)
 
-    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], rows: int = 0) -> list:
+    def map(
+        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], rows: int = 0
+    ) -> list[Any]:
         if len(args) <= 1 or self.workers <= 1 or rows < self.min_rows_for_pool:
             return [fn(*a) for a in args]
         pool = self._process_pool()
@@ -345,7 +349,9 @@ class RayExecutor(Executor):
                 self._ray.cancel(ref, force=True)
             self._pending = []
 
-    def map(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], rows: int = 0) -> list:
+    def map(
+        self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], rows: int = 0
+    ) -> list[Any]:
         """One Ray task per argument tuple (e.g. per shard, or per LSH band), results in order."""
         remote = self._remote_fns.get(fn)
         if remote is None:

@@ -90,6 +90,7 @@ from ..stages import (
     ContextSpec,
     Metrics,
     ShardSet,
+    SourceStage,
     StageKind,
     StreamingGlobalStage,
     config_hash,
@@ -118,6 +119,13 @@ from .spec import InputRef, ResolvedPipeline, ResolvedStage
 __all__ = ["Reporter", "RunResult", "Runner", "run_pipeline"]
 
 log = logging.getLogger("trajsynth.runner")
+
+
+class _RunLogHandler(logging.FileHandler):
+    """The run's ``run.log``; ``_trajsynth`` marks it for whoever looks for it among the
+    handlers (the next run, which replaces it; envs/mcp/server.py, which logs beside it)."""
+
+    _trajsynth = True
 
 
 class Reporter:
@@ -164,7 +172,7 @@ class Runner:
         self,
         pipeline: ResolvedPipeline,
         *,
-        run_dir: Path | None = None,
+        run_dir: str | Path | None = None,
         force: bool = False,
         executor: Executor | None = None,
         reporter: Reporter | None = None,
@@ -237,14 +245,13 @@ class Runner:
 
     def _setup_logging(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(self.log_path, encoding="utf-8", errors="backslashreplace")
+        handler = _RunLogHandler(self.log_path, encoding="utf-8", errors="backslashreplace")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         root = logging.getLogger("trajsynth")
         for h in list(root.handlers):
             if isinstance(h, logging.FileHandler) and getattr(h, "_trajsynth", False):
                 root.removeHandler(h)
                 h.close()
-        handler._trajsynth = True  # type: ignore[attr-defined]
         root.addHandler(handler)
         root.setLevel(logging.INFO)
 
@@ -288,8 +295,8 @@ class Runner:
             paths = list_shards(ref.path)
             self._checks.update({str(p): c for p, c in shard_checks(paths).items()})
             return paths
-        state = manifest.stages[ref.stage]  # type: ignore[index]
-        folder = self.folder.output(ref.stage, ref.output)  # type: ignore[arg-type]
+        state = manifest.stages[ref.stage_id]
+        folder = self.folder.output(ref.stage_id, ref.output)
         out = state.outputs.get(ref.output) or OutputState()
         records = sorted(out.shards, key=lambda s: s.file)
         self._checks.update({str(folder / s.file): ShardCheck.of(s) for s in records})
@@ -307,7 +314,7 @@ class Runner:
                 fingerprints.append((p.name, fingerprint_of(p)))
                 check_shard(p, check, fingerprint=fingerprints[-1][1])
             return stable_hash(fingerprints)
-        return manifest.stages[ref.stage].fingerprint(ref.output)  # type: ignore[index]
+        return manifest.stages[ref.stage_id].fingerprint(ref.output)
 
     def _cache_key(self, rs: ResolvedStage, manifest: RunManifest) -> str:
         defaults = self.pipeline.spec.defaults
@@ -748,12 +755,11 @@ class Runner:
                     inputs=[str(ref) for ref, ps in inputs for _ in ps],
                 )
                 produced = stage.process_shards(shard_set, ctx)
+            elif is_source:
+                assert isinstance(stage, SourceStage), "a stage of kind source is a SourceStage"
+                produced = stage.generate(ctx, state.offset)
             else:
-                produced = (
-                    stage.generate(ctx, state.offset)
-                    if is_source
-                    else stage.process(all_batches(), ctx)
-                )
+                produced = stage.process(all_batches(), ctx)
             write_outputs(
                 produced,
                 stage_dir=self.folder.stage(rs.id),
@@ -835,7 +841,7 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def _without_secrets(roles: dict[str, dict]) -> dict[str, dict]:
+def _without_secrets(roles: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """LLM role settings minus API keys (which must not reach the manifest, even hashed)."""
     return {
         role: {k: v for k, v in (cfg or {}).items() if k != "api_key"}

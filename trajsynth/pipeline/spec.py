@@ -240,16 +240,22 @@ class InputRef:
     output: str = "main"
     path: Path | None = None
 
+    @property
+    def stage_id(self) -> str:
+        """The stage whose output this is (for an input that is not a path)."""
+        assert self.stage is not None, "an input is another stage's output or a path"
+        return self.stage
+
     def __str__(self) -> str:
         if self.path is not None:
             return str(self.path)
-        return self.stage if self.output == "main" else f"{self.stage}:{self.output}"
+        return self.stage_id if self.output == "main" else f"{self.stage}:{self.output}"
 
 
 @dataclass
 class ResolvedStage:
     step: StepSpec
-    stage: Stage
+    stage: Stage[Any]
     inputs: list[InputRef]
     shard_rows: int
     iteration: int = 0
@@ -261,7 +267,8 @@ class ResolvedStage:
 
     @property
     def config(self) -> StageConfig:
-        return self.stage.config
+        config: StageConfig = self.stage.config
+        return config
 
 
 @dataclass
@@ -644,16 +651,17 @@ def _check_columns(stages: dict[str, ResolvedStage], order: list[str]) -> None:
     for sid in order:
         rs = stages[sid]
         cls = type(rs.stage)
-        upstream: set[str] | None = set(BASE_COLUMNS)
+        known = set(BASE_COLUMNS)
+        upstream: set[str] | None = known
         for ref in rs.inputs:
             if ref.path is not None:
                 upstream = None
                 break
-            cols = available[ref.stage]  # type: ignore[index]
+            cols = available[ref.stage_id]
             if cols is None:
                 upstream = None
                 break
-            upstream |= cols
+            known |= cols
         if upstream is not None:
             missing = [c for c in cls.reads if c not in upstream]
             if missing:
@@ -668,7 +676,7 @@ def _check_columns(stages: dict[str, ResolvedStage], order: list[str]) -> None:
 
 def _pipeline_error(exc: ValidationError, raw: dict[str, Any], where: str) -> str:
     msgs = []
-    stages = raw.get("stages") if isinstance(raw.get("stages"), list) else []
+    stages = raw["stages"] if isinstance(raw.get("stages"), list) else []
 
     def clean(parts: list[Any]) -> str:
         return ".".join(str(x) for x in parts).replace("from_", "from").replace("with_", "with")
@@ -685,7 +693,7 @@ def _pipeline_error(exc: ValidationError, raw: dict[str, Any], where: str) -> st
             label = f"stage {entry['id']!r}" if entry.get("id") else f"stages[{loc[1]}]"
             if "loop" in entry:
                 label = f"loop {entry['loop']!r}"
-                body = entry.get("stages") if isinstance(entry.get("stages"), list) else []
+                body = entry["stages"] if isinstance(entry.get("stages"), list) else []
                 if rest[:1] == ["stages"] and len(rest) >= 2 and isinstance(rest[1], int):
                     inner = body[rest[1]] if rest[1] < len(body) else {}
                     if isinstance(inner, dict) and inner.get("id"):

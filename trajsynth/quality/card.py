@@ -72,7 +72,7 @@ def _dedup(run: dict[str, Any]) -> dict[str, Any]:
 
 def _cost(run: dict[str, Any], rows: int) -> dict[str, Any] | None:
     usage = run.get("usage") or {}
-    total = {
+    total: dict[str, Any] = {
         key: sum(float(u.get(key, 0)) for u in usage.values())
         for key in ("requests", "prompt_tokens", "completion_tokens", "cost_usd")
     }

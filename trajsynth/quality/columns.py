@@ -18,6 +18,7 @@ every element, and per-row results are folded back with ``np.bincount`` / ``redu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -75,7 +76,7 @@ def hash_strings(values: pa.Array | pa.ChunkedArray, seed: int = 0) -> np.ndarra
     """
     arr = as_array(values)
     if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
-        offset_type = np.int64
+        offset_type: type[np.signedinteger[Any]] = np.int64
     else:
         arr = arr.cast(pa.string()) if not pa.types.is_string(arr.type) else arr
         offset_type = np.int32

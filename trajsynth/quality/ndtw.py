@@ -56,7 +56,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 def is_question(text: str | None) -> bool:
     """A text step that asks the user something (ends with '?')."""
-    return bool(text) and text.strip().endswith("?")  # type: ignore[union-attr]
+    return bool(text and text.strip().endswith("?"))
 
 
 def _args(raw: str) -> Any:

@@ -132,7 +132,7 @@ def tool_names(tools: Any) -> set[str]:
 def _schema_values(tools: Any) -> list[str | float]:
     """Enum values and defaults in the tools' parameter schemas (values the tools give)."""
     out: list[str | float] = []
-    stack = [t for t in tools or [] if isinstance(t, dict)]
+    stack: list[dict[str, Any] | list[Any]] = [t for t in tools or [] if isinstance(t, dict)]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
@@ -266,13 +266,13 @@ def parse_trace(messages: Sequence[Any], tools: Any = None) -> Trace:
                 replies.append((pos, content))
         elif role == "tool":
             cid = _get(m, "tool_call_id")
-            call = by_id.get(cid) if cid else None
-            if call is None or call.observation is not None:
-                call = next((c for c in pending if c.observation is None), None)
-            if call is not None:
-                call.observation = content if content is not None else ""
-                call.error = is_error_observation(call.observation)
-                if call.succeeded and first_success_at is None:
+            answered = by_id.get(cid) if cid else None
+            if answered is None or answered.observation is not None:
+                answered = next((c for c in pending if c.observation is None), None)
+            if answered is not None:
+                answered.observation = content if content is not None else ""
+                answered.error = is_error_observation(answered.observation)
+                if answered.succeeded and first_success_at is None:
                     first_success_at = pos
             if content:
                 corpus += "\n" + content.casefold()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.ids import seed_from
-from ..core.location import as_path, is_url, local_copy
+from ..core.location import AnyPath, as_path, is_url, local_copy
 
 if TYPE_CHECKING:
     from ..envs.factory import EnvFactory
@@ -124,10 +124,10 @@ class _LoopThread:
                 cls._instance = _LoopThread()
             return cls._instance
 
-    def run(self, coro: Awaitable[T]) -> T:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         if threading.current_thread() is self.thread:
             raise RuntimeError("Context.run() called from inside the event loop; await instead")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
 
 class Context:
@@ -292,7 +292,7 @@ class Context:
         return path
 
     @property
-    def run_dir(self) -> Path:
+    def run_dir(self) -> AnyPath:
         """The run's folder (where the manifest is), for files meant for the whole run: a
         local path, or a URL path (``upath.UPath``) for a run on object storage (write to it
         with ``trajsynth.core.location.put_bytes``)."""
@@ -320,7 +320,7 @@ class Context:
             return local_copy(where)
 
     # -- async ----------------------------------------------------------------------------
-    def run(self, coro: Awaitable[T]) -> T:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the process's shared event loop and wait for its result."""
         return _LoopThread.get().run(coro)
 

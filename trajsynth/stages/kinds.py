@@ -56,7 +56,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar, cast, get_args
+from typing import Any, ClassVar, Generic, TypeAlias, TypeVar, cast, get_args
 
 import pyarrow as pa
 
@@ -136,7 +136,7 @@ class Emit:
 
 
 C = TypeVar("C", bound=StageConfig)
-Output = pa.RecordBatch | pa.Table | Sequence[Trajectory] | Emit
+Output: TypeAlias = pa.RecordBatch | pa.Table | Sequence[Trajectory] | Emit
 
 
 class Stage(ABC, Generic[C]):
@@ -184,6 +184,10 @@ class Stage(ABC, Generic[C]):
 
     def teardown(self) -> None:
         """Release what :meth:`setup` acquired."""
+
+    @abstractmethod
+    def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
+        """Yield the rows made from ``batches`` (each kind says what they are)."""
 
     def expected_rows(self) -> int | None:
         """Rows a source will make, when known (for the progress bar)."""
@@ -331,7 +335,7 @@ class RowsGlobalStage(GlobalStage[C]):
 #: one input shard of a streaming global stage: a reader the runner gives (``reader(columns)``
 #: → the shard's rows, a picklable callable, since workers read their shards themselves: the
 #: store layer owns the files), or (for a stage run on batches in memory) the rows themselves
-ShardRef = Callable[[Sequence[str] | None], pa.Table] | pa.Table
+ShardRef: TypeAlias = Callable[[Sequence[str] | None], pa.Table] | pa.Table
 
 #: ``mapper(fn, args, rows)``: ``[fn(*a) for a in args]``, run wherever the executor runs work
 Mapper = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]], int], list[Any]]

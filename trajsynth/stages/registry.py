@@ -44,7 +44,7 @@ COMMON = "common"
 #: entry-point group of third-party stage plugins
 ENTRY_POINT_GROUP = "trajsynth.stages"
 
-STAGES: dict[str, type[Stage]] = {}
+STAGES: dict[str, type[Stage[Any]]] = {}
 _loaded = False
 
 
@@ -52,7 +52,7 @@ class StageImportError(BackendError):
     """A module that defines stages (built-in or plugin) raised when imported."""
 
 
-def register(cls: type[Stage]) -> type[Stage]:
+def register(cls: type[Stage[Any]]) -> type[Stage[Any]]:
     """Class decorator: make ``cls`` available as ``uses: cls.name``."""
     if not cls.name:
         raise TypeError(f"{cls.__name__} has no `name`")
@@ -94,7 +94,7 @@ def import_stage_module(module: str) -> None:
         ) from exc
 
 
-def load_builtin_stages(extra_modules: Iterable[str] = ()) -> dict[str, type[Stage]]:
+def load_builtin_stages(extra_modules: Iterable[str] = ()) -> dict[str, type[Stage[Any]]]:
     """Import every built-in stage module and plugin entry point (once), plus
     ``extra_modules`` (a pipeline's ``plugins:``)."""
     global _loaded
@@ -121,7 +121,7 @@ def load_builtin_stages(extra_modules: Iterable[str] = ()) -> dict[str, type[Sta
     return STAGES
 
 
-def get_stage(name: str) -> type[Stage]:
+def get_stage(name: str) -> type[Stage[Any]]:
     """The stage class registered as ``name``; UnknownStageError with suggestions otherwise."""
     load_builtin_stages()
     try:
@@ -138,7 +138,7 @@ def get_stage(name: str) -> type[Stage]:
 
 def build_stage(
     name: str, config: dict[str, Any] | StageConfig | None = None, *, where: str = ""
-) -> Stage:
+) -> Stage[Any]:
     """Instantiate stage ``name`` with ``config`` validated against its Config model."""
     cls = get_stage(name)
     if isinstance(config, StageConfig):
@@ -175,7 +175,7 @@ def stage(
     reads: Sequence[str] = (),
     writes: Sequence[str] = (),
     outputs: Sequence[str] = ("main",),
-) -> Callable[[Callable[..., Iterator[Output]]], type[Stage]]:
+) -> Callable[[Callable[..., Iterator[Output]]], type[Stage[Any]]]:
     """Turn a generator function into a registered stage class.
 
     ``fn(batches, ctx, config)`` for map/global stages, ``fn(ctx, config, offset)`` for
@@ -188,17 +188,17 @@ def stage(
     """
     base = {"map": MapStage, "global": GlobalStage, "source": SourceStage}[kind]
 
-    def wrap(fn: Callable[..., Iterator[Output]]) -> type[Stage]:
+    def wrap(fn: Callable[..., Iterator[Output]]) -> type[Stage[Any]]:
         if kind == "source":
 
-            def generate(self: Stage, ctx: Context, offset: int = 0) -> Iterator[Output]:
+            def generate(self: Stage[Any], ctx: Context, offset: int = 0) -> Iterator[Output]:
                 return fn(ctx, self.config, offset)
 
             body: dict[str, Any] = {"generate": generate}
         else:
 
             def process(
-                self: Stage, batches: Iterator[pa.RecordBatch], ctx: Context
+                self: Stage[Any], batches: Iterator[pa.RecordBatch], ctx: Context
             ) -> Iterator[Output]:
                 return fn(batches, ctx, self.config)
 

@@ -70,7 +70,10 @@ class ShardCheck:
     @classmethod
     def of(cls, record: Any) -> ShardCheck:
         """From a manifest record (a dict or a ``ShardRecord``)."""
-        get = record.get if isinstance(record, dict) else lambda k: getattr(record, k, None)
+
+        def get(key: str) -> Any:
+            return record.get(key) if isinstance(record, dict) else getattr(record, key, None)
+
         size, fingerprint = get("bytes"), get("fingerprint")
         return cls(
             size if isinstance(size, int) else None,
@@ -193,7 +196,7 @@ def shard_record(shard: Path, cache: dict[str, Any] | None = None) -> dict[str, 
                 if remote
                 else shard.relative_to(up).parts
             )
-            rec = records.get(rel)
+            rec: dict[str, Any] | None = records.get(rel)
             if rec is not None:
                 return rec
     return None

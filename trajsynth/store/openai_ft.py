@@ -43,7 +43,7 @@ FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 def _tool(tool: Any) -> dict[str, Any] | None:
     if not isinstance(tool, dict):
         return None
-    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    fn = tool["function"] if isinstance(tool.get("function"), dict) else tool
     if not isinstance(fn.get("name"), str):
         return None
     params = fn.get("parameters")
@@ -113,13 +113,14 @@ def _check_tools(tools: Any, errors: list[str]) -> set[str]:
 
 
 def _check_call(call: Any, where: str, offered: set[str], errors: list[str]) -> str | None:
-    if not isinstance(call, dict) or not isinstance(call.get("id"), str) or not call["id"]:
+    call_id = call.get("id") if isinstance(call, dict) else None
+    if not isinstance(call, dict) or not isinstance(call_id, str) or not call_id:
         errors.append(f"tool_call_missing_id: {where}")
         return None
     fn = call.get("function")
     if call.get("type") != "function" or not isinstance(fn, dict):
         errors.append(f"tool_call_malformed: {where}")
-        return call["id"]
+        return call_id
     name, args = fn.get("name"), fn.get("arguments")
     if not isinstance(name, str) or not FUNCTION_NAME.match(name):
         errors.append(f"function_name_invalid: {where} {name!r}")
@@ -135,7 +136,7 @@ def _check_call(call: Any, where: str, offered: set[str], errors: list[str]) -> 
         else:
             if not isinstance(parsed, dict):
                 errors.append(f"arguments_not_an_object: {where}")
-    return call["id"]
+    return call_id
 
 
 def check_example(example: Any) -> list[str]:

@@ -273,8 +273,8 @@ def query(
         return out if limit is None else out[:limit]
 
     if limit is None:
-        out = _run(f"SELECT {select} FROM rows WHERE {cond}", params, rows, explode)
-        return pa.Table.from_pylist(out, schema=_STEP_SCHEMA)
+        every = _run(f"SELECT {select} FROM rows WHERE {cond}", params, rows, explode)
+        return pa.Table.from_pylist(every, schema=_STEP_SCHEMA)
     # a slice: find the first matching rows from the narrow columns alone (their turns add
     # up to ``limit`` steps), then read the wide ones (messages, ...) of those rows only
     narrow = _Rows(path, sorted(filters.columns() | {"num_turns"}), positions=True)

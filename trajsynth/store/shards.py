@@ -24,10 +24,11 @@ from __future__ import annotations
 import glob as globlib
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Final, Literal
 
 import pyarrow as pa
@@ -37,6 +38,7 @@ from ..core.batch import conform, to_records
 from ..core.errors import DataError, InputNotFoundError, SchemaVersionError
 from ..core.ids import bytes_fingerprint, file_fingerprint
 from ..core.location import (
+    AnyPath,
     as_path,
     fsync_dir,
     is_url,
@@ -158,7 +160,7 @@ class ShardWriter:
         name_format: str = "part-{:05d}.parquet",
         compression: str = DEFAULT_COMPRESSION,
         row_group_rows: int | None = None,
-        on_commit: callable | None = None,  # type: ignore[valid-type]
+        on_commit: Callable[[ShardInfo], None] | None = None,
         where: str = "",
         clean: bool = True,
     ) -> None:
@@ -183,7 +185,7 @@ class ShardWriter:
         if clean:
             clean_tmp(self.directory)
 
-    def write(self, data: pa.RecordBatch | pa.Table | Sequence) -> list[ShardInfo]:
+    def write(self, data: pa.RecordBatch | pa.Table | Sequence[Trajectory]) -> list[ShardInfo]:
         """Buffer ``data``; commit every full shard. Returns the shards committed now."""
         table = conform(data, where=self.where)
         if table.num_rows == 0:
@@ -223,7 +225,12 @@ class ShardWriter:
     def __enter__(self) -> ShardWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.close()
 
@@ -299,7 +306,7 @@ def _list_remote(p: Any) -> list[Any]:
     return [p / n for n in names]
 
 
-def _open(path: Path, data: bytes | None = None) -> pq.ParquetFile:
+def _open(path: AnyPath, data: bytes | None = None) -> pq.ParquetFile:
     try:
         if data is not None:
             return pq.ParquetFile(pa.BufferReader(data))
@@ -491,7 +498,8 @@ def count_rows(path: str | Path | Iterable[str | Path]) -> int:
 
 def footer_rows(shard: str | Path) -> int:
     """The rows one shard's footer says it holds (``DataError`` for an unreadable file)."""
-    return _open(as_path(shard)).metadata.num_rows
+    rows: int = _open(as_path(shard)).metadata.num_rows
+    return rows
 
 
 def read_records(path: str | Path | Iterable[str | Path]) -> list[Trajectory]:

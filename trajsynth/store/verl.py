@@ -49,7 +49,7 @@ VERL_AGENT = "tool_agent"
 def _tool_name(tool: Any) -> str | None:
     if not isinstance(tool, dict):
         return None
-    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    fn = tool["function"] if isinstance(tool.get("function"), dict) else tool
     name = fn.get("name")
     return name if isinstance(name, str) and name else None
 

@@ -36,7 +36,7 @@ import copy
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import Field
 
@@ -149,12 +149,19 @@ class TwinCritic:
             q_targets = [
                 b["r"] + self.gamma * not_done * vt(b["s2"]).squeeze(-1) for vt in self.v_target
             ]
-        loss_q = sum(mse(q(b["sa"]).squeeze(-1), y) for q, y in zip(self.q, q_targets, strict=True))
+        # sum() of tensors (one per critic, never none) is a tensor
+        loss_q = cast(
+            "torch.Tensor",
+            sum(mse(q(b["sa"]).squeeze(-1), y) for q, y in zip(self.q, q_targets, strict=True)),
+        )
         on = buffer.sample(self.batch, self.gen, latest) if latest is not None else b
         assert on is not None
         with torch.no_grad():
             v_targets = [qt(on["sa"]).squeeze(-1) for qt in self.q_target]
-        loss_v = sum(mse(v(on["s"]).squeeze(-1), y) for v, y in zip(self.v, v_targets, strict=True))
+        loss_v = cast(
+            "torch.Tensor",
+            sum(mse(v(on["s"]).squeeze(-1), y) for v, y in zip(self.v, v_targets, strict=True)),
+        )
         self.opt.zero_grad(set_to_none=True)
         (loss_q + loss_v).backward()
         self.opt.step()

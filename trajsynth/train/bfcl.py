@@ -276,10 +276,10 @@ def evaluate_bfcl(
     cfg: BfclConfig | None = None,
     *,
     model: str = "",
-    progress: Callable[[int, int], Callable[[int], None]] | None = None,
+    progress: Callable[[int], Callable[[int], None]] | None = None,
 ) -> BfclReport:
     """Score ``client`` (anything with the llm client's ``chat`` coroutine: a local
-    checkpoint, an endpoint, the simulator) on BFCL. ``progress(total, ...)`` is called once
+    checkpoint, an endpoint, the simulator) on BFCL. ``progress(total)`` is called once
     with the number of prompts and returns a per-answer callback."""
     cfg = cfg or BfclConfig()
     cats = _check_categories(cfg.categories)
@@ -290,7 +290,7 @@ def evaluate_bfcl(
         for cat in cats
         for entry in load_category(cat, data_dir=data, limit=cfg.limit)
     ]
-    tick = progress(len(jobs)) if progress is not None else None  # type: ignore[call-arg]
+    tick = progress(len(jobs)) if progress is not None else None
     results = _arun(_run(client, jobs, cfg, tick))
     report = BfclReport(model=model, limit=cfg.limit, data_dir=str(data))
     tallies: dict[str, list[bool]] = {c: [] for c in cats}

@@ -117,7 +117,7 @@ def load_student(path: str | Path, device: str = "cpu") -> tuple[Any, Any]:
             ) from exc
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(device)
+    model.to(device)  # type: ignore[arg-type]  # transformers types .to's first argument as a model
     return model, tokenizer
 
 
@@ -161,7 +161,7 @@ def with_lora(model: Any, r: int, alpha: float, layers: int = 0) -> Any:
     top = list(range(max(0, blocks - layers), blocks)) if layers and blocks else None
     lora = LoraConfig(
         r=r,
-        lora_alpha=alpha,
+        lora_alpha=alpha,  # type: ignore[arg-type]  # peft annotates int; it divides it by r
         lora_dropout=0.0,
         target_modules=linear,
         layers_to_transform=top,

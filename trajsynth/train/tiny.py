@@ -91,7 +91,8 @@ def conversation_texts(records: Iterable[Trajectory], template: str) -> Iterable
 
     for row in records:
         tools = row.tools or None
-        rendered, _ = render_jinja_template(
+        # transformers annotates it `-> str`; it returns (rendered, generation_indices)
+        rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
             conversations=[row_messages(row)], tools=tools, chat_template=template
         )
         yield rendered[0]

@@ -21,7 +21,7 @@ exchange_items.new_item_ids; search_products → product_id.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict, cast
 
 from ..domain import Domain
 from ..state import State
@@ -101,11 +101,11 @@ def _items(products: dict, pairs: list) -> list[dict]:
 
 def build_state(seed: int) -> dict[str, dict]:
     rng = rng_for("commerce", seed)
-    products = {
+    products: dict[str, dict[str, Any]] = {
         pid: {"product_id": pid, "name": n, "category": c, "variants": vs}
         for pid, (n, c, vs) in CORE_PRODUCTS.items()
     }
-    users = {}
+    users: dict[str, dict[str, Any]] = {}
     for uid, first, last, email, zip_, addr, pms in CORE_USERS:
         users[uid] = {
             "user_id": uid,
@@ -116,7 +116,7 @@ def build_state(seed: int) -> dict[str, dict]:
             "address": addr,
             "payment_methods": pms,
         }
-    orders = {}
+    orders: dict[str, dict[str, Any]] = {}
     for oid, uid, status, pairs, pm in CORE_ORDERS:
         items = _items(products, pairs)
         orders[oid] = {
@@ -405,8 +405,8 @@ def get_customer(db: State, user_id: Annotated[str, "Customer id."]) -> Customer
         "first_name": u["first_name"],
         "last_name": u["last_name"],
         "email": u["email"],
-        "address": dict(u["address"]),  # type: ignore[typeddict-item]
-        "payment_methods": [dict(pm) for pm in u["payment_methods"]],  # type: ignore[misc]
+        "address": cast(Address, dict(u["address"])),
+        "payment_methods": [cast(Payment, dict(pm)) for pm in u["payment_methods"]],
         "order_ids": orders,
     }
 
@@ -415,14 +415,14 @@ def get_customer(db: State, user_id: Annotated[str, "Customer id."]) -> Customer
 def get_order(db: State, order_id: Annotated[str, "Order id, e.g. '#W1001'."]) -> Order:
     """Get an order's status, items, address and total."""
     o = get_or_fail(db, "orders", order_id, "order")
-    return {**o, "items": [dict(i) for i in o["items"]], "address": dict(o["address"])}  # type: ignore[typeddict-item]
+    return cast(Order, {**o, "items": [dict(i) for i in o["items"]], "address": dict(o["address"])})
 
 
 @tool()
 def get_product(db: State, product_id: Annotated[str, "Product id, e.g. 'P-RUNSHOE'."]) -> Product:
     """Get a product and all its variants with price and stock."""
     p = get_or_fail(db, "products", product_id, "product")
-    return {**p, "variants": [dict(v) for v in p["variants"]]}  # type: ignore[typeddict-item]
+    return cast(Product, {**p, "variants": [dict(v) for v in p["variants"]]})
 
 
 @tool()
@@ -590,7 +590,7 @@ def modify_order_address(
         "country": country,
     }
     o = db.update("orders", order_id, address=addr)
-    return {**o, "items": [dict(i) for i in o["items"]], "address": dict(addr)}  # type: ignore[typeddict-item]
+    return cast(Order, {**o, "items": [dict(i) for i in o["items"]], "address": dict(addr)})
 
 
 @tool()

@@ -22,6 +22,7 @@ import ast
 import math
 import operator
 import statistics as stats_lib
+from collections.abc import Callable
 from decimal import ROUND_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_UP, Decimal, InvalidOperation
 from typing import Annotated, Literal, TypedDict
 
@@ -43,7 +44,7 @@ UNITS = {
     "km/h": ("speed", 1 / 3.6), "m/s": ("speed", 1.0), "mph": ("speed", 0.44704),
     "c": ("temperature", 1.0), "f": ("temperature", 1.0), "k": ("temperature", 1.0),
 }  # fmt: skip
-_OPS = {
+_OPS: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -52,7 +53,7 @@ _OPS = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_FUNCS = {
+_FUNCS: dict[str, Callable[..., float]] = {
     "sqrt": math.sqrt,
     "log": math.log,
     "log10": math.log10,
@@ -137,6 +138,7 @@ def _eval(node: ast.AST) -> float:
     if isinstance(node, ast.Expression):
         return _eval(node.body)
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        assert isinstance(node.value, (int, float))  # for mypy: the test above, exactly
         return node.value
     if isinstance(node, ast.Name) and node.id in _CONSTS:
         return _CONSTS[node.id]
@@ -222,7 +224,7 @@ def statistics(
     measures: Annotated[list[Measure], "Which measures to compute."] = ["mean"],  # noqa: B006
 ) -> StatsResult:
     """Descriptive statistics of a list of numbers."""
-    fns = {
+    fns: dict[str, Callable[[list[float]], float]] = {
         "mean": stats_lib.fmean,
         "median": stats_lib.median,
         "stdev": lambda xs: stats_lib.stdev(xs) if len(xs) > 1 else 0.0,

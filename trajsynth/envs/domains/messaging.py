@@ -20,7 +20,7 @@ list_messages → message_id → read_message / reply_to_message / archive_messa
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal, TypedDict, cast
 
 from ..domain import Domain
 from ..state import State
@@ -278,18 +278,18 @@ def find_contacts(
     """Find contacts by name or email."""
     q = query.strip().lower()
     found = [
-        dict(c)
+        cast(Contact, dict(c))
         for _, c in db.rows("contacts")
         if (q in c["name"].lower() or q in c["email"].lower())
         and (team is None or c["team"] == team)
     ]
-    return {"contacts": sorted(found, key=lambda c: (c["name"], c["contact_id"]))}  # type: ignore[typeddict-item]
+    return {"contacts": sorted(found, key=lambda c: (c["name"], c["contact_id"]))}
 
 
 @tool()
 def get_contact(db: State, contact_id: Annotated[str, "Contact id."]) -> Contact:
     """Get one contact's details."""
-    return dict(get_or_fail(db, "contacts", contact_id, "contact"))  # type: ignore[return-value]
+    return cast(Contact, dict(get_or_fail(db, "contacts", contact_id, "contact")))
 
 
 @tool(writes=True)
@@ -345,7 +345,7 @@ def read_message(db: State, message_id: Annotated[str, "Message id."]) -> FullMe
     m = get_or_fail(db, "messages", message_id, "message")
     if not m["read"]:
         m = db.update("messages", message_id, read=True)
-    return {**m, "recipient_ids": list(m["recipient_ids"])}  # type: ignore[typeddict-item]
+    return cast(FullMessage, {**m, "recipient_ids": list(m["recipient_ids"])})
 
 
 @tool(writes=True)

@@ -22,7 +22,7 @@ convert_currency.amount.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict, cast
 
 from ..domain import Domain
 from ..state import State
@@ -95,7 +95,7 @@ CORE_HOTELS = [
     ("HT-LD01", "Thames View", "London", 4, 240.0, 6),
     ("HT-MI01", "Ocean Drive Hotel", "Miami", 3, 175.0, 9),
 ]
-CORE_USERS = [
+CORE_USERS: list[dict[str, Any]] = [
     {
         "user_id": "mia_chen",
         "name": "Mia Chen",
@@ -409,10 +409,12 @@ def find_airports(
 ) -> AirportList:
     """Find the airports that serve a city."""
     want = city.strip().lower()
-    found = [dict(a) for _, a in db.rows("airports") if want and want in a["city"].lower()]
+    found = [
+        cast(Airport, dict(a)) for _, a in db.rows("airports") if want and want in a["city"].lower()
+    ]
     if not found:
         raise ToolError("not_found", f"no airport serves {city!r}")
-    return {"airports": sorted(found, key=lambda a: a["code"])}  # type: ignore[typeddict-item]
+    return {"airports": sorted(found, key=lambda a: a["code"])}
 
 
 @tool()
@@ -507,13 +509,13 @@ def book_flight(
         "status": "confirmed",
     }
     db.put("bookings", bid, booking)
-    return dict(booking)  # type: ignore[return-value]
+    return cast(Booking, dict(booking))
 
 
 @tool()
 def get_booking(db: State, booking_id: Annotated[str, "Booking id, e.g. 'BK-1A2B3C'."]) -> Booking:
     """Get one booking."""
-    return dict(get_or_fail(db, "bookings", booking_id, "booking"))  # type: ignore[return-value]
+    return cast(Booking, dict(get_or_fail(db, "bookings", booking_id, "booking")))
 
 
 @tool()
@@ -525,11 +527,11 @@ def list_bookings(
     """List a traveller's bookings."""
     get_or_fail(db, "users", user_id, "user")
     found = [
-        dict(b)
+        cast(Booking, dict(b))
         for _, b in sorted(db.rows("bookings"))
         if b["user_id"] == user_id and (status == "all" or b["status"] == status)
     ]
-    return {"bookings": found}  # type: ignore[typeddict-item]
+    return {"bookings": found}
 
 
 @tool(writes=True)
@@ -589,10 +591,9 @@ def search_hotels(
         key=lambda h: (h["nightly_rate_usd"], h["hotel_id"]),
     )
     options = [
-        {**h, "total_usd": money(h["nightly_rate_usd"] * nights)}  # type: ignore[typeddict-item]
-        for h in found
+        cast(HotelOption, {**h, "total_usd": money(h["nightly_rate_usd"] * nights)}) for h in found
     ]
-    return {"hotels": options, "count": len(options)}  # type: ignore[typeddict-item]
+    return {"hotels": options, "count": len(options)}
 
 
 @tool(writes=True)
@@ -632,7 +633,7 @@ def book_hotel(
         "status": "confirmed",
     }
     db.put("bookings", bid, booking)
-    return dict(booking)  # type: ignore[return-value]
+    return cast(Booking, dict(booking))
 
 
 @tool()
@@ -669,7 +670,7 @@ def find_user(db: State, email: Annotated[str, "The traveller's email address."]
 def get_user(db: State, user_id: Annotated[str, "Traveller id from find_user."]) -> UserProfile:
     """Get a traveller's profile and payment methods."""
     u = get_or_fail(db, "users", user_id, "user")
-    return {**u, "payment_methods": [dict(pm) for pm in u["payment_methods"]]}  # type: ignore[typeddict-item]
+    return cast(UserProfile, {**u, "payment_methods": [dict(pm) for pm in u["payment_methods"]]})
 
 
 TOOLS = [

@@ -99,7 +99,7 @@ def declare_required(schema: Any, where: str, notes: list[str]) -> Any:
             out = {**out, "items": items}
     required = schema.get("required")
     if isinstance(required, list):
-        declared = out.get("properties") if isinstance(out.get("properties"), dict) else {}
+        declared = out["properties"] if isinstance(out.get("properties"), dict) else {}
         missing = [r for r in required if isinstance(r, str) and r not in declared]
         if missing:
             out = {**out, "properties": {**declared, **{m: {} for m in missing}}}

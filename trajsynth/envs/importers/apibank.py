@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,7 @@ def import_apibank(src: str | Path) -> Toolset:
                     builder.fail(loc, str(api), loc)
                     continue
                 name = str(api.get("name", loc)) if isinstance(api, dict) else loc
-                builder.add(name, lambda a=api, s=loc: convert_api(a, source=s), source=loc)
+                builder.add(name, partial(convert_api, api, source=loc), source=loc)
         except ConversionError as exc:
             builder.fail(file.name, str(exc), str(file))
     return builder.build()

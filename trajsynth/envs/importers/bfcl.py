@@ -38,6 +38,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -268,7 +269,7 @@ def import_bfcl(src: str | Path) -> Toolset:
                 name = fn.get("name", loc) if isinstance(fn, dict) else loc
                 builder.add(
                     str(name),
-                    lambda f=fn, s=loc, lang=language: convert_function(f, language=lang, source=s),
+                    partial(convert_function, fn, language=language, source=loc),
                     source=loc,
                 )
     return builder.build()

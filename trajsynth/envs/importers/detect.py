@@ -66,7 +66,7 @@ def _records(path: Path) -> list[Any]:
 
 def _function(obj: dict[str, Any]) -> dict[str, Any] | None:
     """The function object of an OpenAI-style tool (``obj`` or its ``function``), if it is one."""
-    fn = obj.get("function") if isinstance(obj.get("function"), dict) else obj
+    fn = obj["function"] if isinstance(obj.get("function"), dict) else obj
     assert isinstance(fn, dict)
     if not isinstance(fn.get("name"), str):
         return None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,7 @@ def function_from_json(obj: Any, *, source: str = "", notes: list[str] | None = 
         (src[k] for src in (fn, obj) for k in RESPONSE_KEYS if isinstance(src.get(k), dict)),
         None,
     )
-    hints = next(
+    hints: dict[str, Any] = next(
         (src["annotations"] for src in (fn, obj) if isinstance(src.get("annotations"), dict)), {}
     )
     extra: dict[str, Any] = {}
@@ -193,12 +194,12 @@ def import_openai(src: str | Path) -> Toolset:
                     continue
                 name = str(_inner(obj).get("name") or locator)
                 if "source_name" in obj:  # a trajsynth ToolSpec dump
-                    builder.add(name, lambda o=obj: ToolSpec.model_validate(o), source=locator)
+                    builder.add(name, partial(ToolSpec.model_validate, obj), source=locator)
                     continue
                 notes: list[str] = []
                 builder.add(
                     name,
-                    lambda o=obj, s=locator, n=notes: function_from_json(o, source=s, notes=n),
+                    partial(function_from_json, obj, source=locator, notes=notes),
                     source=locator,
                     notes=notes,
                 )

@@ -20,6 +20,7 @@ The same endpoint appears in many queries; identical copies merge silently.
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -187,5 +188,5 @@ def import_stabletoolbench(src: str | Path) -> Toolset:
                     if isinstance(api, dict)
                     else loc
                 )
-                builder.add(label, lambda a=api, s=loc: convert_api(a, source=s), source=loc)
+                builder.add(label, partial(convert_api, api, source=loc), source=loc)
     return builder.build()

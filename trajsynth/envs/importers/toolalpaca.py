@@ -136,9 +136,9 @@ def convert_openapi_operation(
             required.append(param["name"])
     body = _resolve(op.get("requestBody"), doc)
     if isinstance(body, dict):
-        schema = _json_content_schema(body.get("content"))
-        if schema is not None:
-            schema = _clean_schema(schema)
+        body_schema = _json_content_schema(body.get("content"))
+        if body_schema is not None:
+            schema = _clean_schema(body_schema)
             if schema.get("type", "object") == "object" and isinstance(
                 schema.get("properties"), dict
             ):

@@ -107,7 +107,7 @@ def _harvest(known: Known, spec: ToolSpec, args: dict[str, Any], output: Any) ->
         _add(known.nouns.setdefault("revision", []), sha)
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if noun and 0 < len(lines) <= 50:
-        words = [m.group(1) for ln in lines if (m := _WORD_LINE.match(ln))]
+        words = [hit.group(1) for ln in lines if (hit := _WORD_LINE.match(ln))]
         if len(words) == len(lines):
             for w in words:
                 _add(known.nouns.setdefault(noun, []), w)
@@ -130,7 +130,7 @@ def _arguments(spec: ToolSpec, known: Known, rng: random.Random) -> dict[str, An
         schema = props.get(p) or {}
         t = schema.get("type")
         if t == "array":
-            items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+            items = schema["items"] if isinstance(schema.get("items"), dict) else {}
             one = _value(p.removesuffix("s"), items, known, rng)
             if one is None:
                 return None

@@ -107,8 +107,8 @@ def exception_message(exc: BaseException) -> str:
     chained = []
     for leaf in leaves:
         seen = leaf
-        while seen.__cause__ is not None or seen.__context__ is not None:
-            seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+        while (cause := seen.__cause__ or seen.__context__) is not None:
+            seen = cause
             chained.extend(_leaves(seen))
     texts = []
     for e in [*leaves, *chained]:

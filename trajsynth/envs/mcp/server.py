@@ -459,15 +459,15 @@ class MCPServer:
                 self.stop()  # the next call starts it again
                 message = "the server exited" + (f": {last[0][:300]}" if last else "")
             return None, message
-        output, message = interpret(
+        output, error = interpret(
             result, error_shapes=self.config.error_text, patterns=self._patterns
         )
-        if message is not None and generic(message) and offset is not None:
-            printed = stderr_error(self._stderr_since(offset))
-            if printed:
-                message = f"{message}: {printed}"
+        if error is not None and generic(error) and offset is not None:
+            detail = stderr_error(self._stderr_since(offset))
+            if detail:
+                error = f"{error}: {detail}"
         return self._from_server(output), (
-            None if message is None else self._from_server(message)
+            None if error is None else self._from_server(error)
         )  # fmt: skip
 
     def _log_failure(self, name: str, message: str) -> None:

@@ -28,6 +28,7 @@ import stat
 import subprocess
 import sys
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,12 +84,12 @@ def find_state(
     return _dedup(found)
 
 
-def _dedup(paths: object) -> list[Path]:
+def _dedup(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     out: list[Path] = []
-    for p in paths:  # type: ignore[attr-defined]
-        p = Path(os.path.abspath(p))
-        if p not in out:
-            out.append(p)
+    for p in paths:
+        path = Path(os.path.abspath(p))
+        if path not in out:
+            out.append(path)
     return out
 
 

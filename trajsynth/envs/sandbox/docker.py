@@ -108,7 +108,7 @@ class DockerPool:
             else:
                 with self._lock:
                     self._started -= 1
-                with contextlib.suppress(self._errors):
+                with contextlib.suppress(*self._errors):
                     container.remove(force=True)
 
     def _run(self, container: Any, req: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -163,5 +163,5 @@ class DockerPool:
                 container = self._idle.get_nowait()
             except queue.Empty:
                 break
-            with contextlib.suppress(self._errors):
+            with contextlib.suppress(*self._errors):
                 container.remove(force=True)

@@ -246,7 +246,7 @@ def match_call(
     ``spec`` is the tool's doc (a :class:`ToolSpec` or its ``parameters`` schema); without it
     the types are taken from the gold values. ``names``: see step 1.
     """
-    name, raw = normalize_call(call)  # type: ignore[arg-type]
+    name, raw = normalize_call(call)
     gold_name, gold_params = gold_alternatives(gold)
     # 1) name
     if _resolve_names(names, [call]) == "as_written":
@@ -290,7 +290,9 @@ def match_call(
             value = float(value)
         if expected is list and isinstance(value, list) and language == "python":
             items = (props.get(pname) or {}).get("items") or {}
-            item_type = _PY_TYPES.get(items.get("type")) if isinstance(items, dict) else None
+            item_doc = items.get("type") if isinstance(items, dict) else None
+            # a JSON Schema type may be a list (["integer", "null"]): no one type to check
+            item_type = _PY_TYPES.get(item_doc) if isinstance(item_doc, str) else None
             if item_type is not None and not all(_type_ok(v, item_type) for v in value):
                 return _fail("wrong_type", f"{pname}: items must be {item_type.__name__}")
         # 5) value
@@ -446,7 +448,7 @@ def exact_multiset_reward(
     >>> exact_multiset_reward("Done.", "Sure."), exact_multiset_reward("Done.", [a])
     (1.0, 0.0)
     """
-    pred_calls = [] if isinstance(predicted, str) else _calls(predicted)  # type: ignore[arg-type]
+    pred_calls = [] if isinstance(predicted, str) else _calls(predicted)
     gold_calls = [] if gold is None or isinstance(gold, str) else list(gold)
     if not pred_calls and not gold_calls:
         return 1.0

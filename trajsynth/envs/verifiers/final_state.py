@@ -61,7 +61,7 @@ def _as_call(c: ToolCall | GoldCall | dict[str, Any], i: int) -> tuple[str, dict
         return c.name, c.arguments
     if isinstance(c, ToolCall):
         return c.name, c.arguments
-    fn = c.get("function") if isinstance(c.get("function"), dict) else c
+    fn = c["function"] if isinstance(c.get("function"), dict) else c
     return str(fn.get("name", "")), fn.get("arguments", {})
 
 

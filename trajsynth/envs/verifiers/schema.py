@@ -30,7 +30,7 @@ path of the offending value (``passengers[1].dob``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -106,7 +106,7 @@ def _check(value: Any, schema: Any, path: str, out: list[SchemaIssue], top: bool
     for key in ("anyOf", "oneOf"):
         alts = schema.get(key)
         if isinstance(alts, list) and alts:
-            trials = []
+            trials: list[list[SchemaIssue]] = []
             for alt in alts:
                 trial: list[SchemaIssue] = []
                 _check(value, alt, path, trial, top)
@@ -114,7 +114,8 @@ def _check(value: Any, schema: Any, path: str, out: list[SchemaIssue], top: bool
                     break
                 trials.append(trial)
             else:
-                out.extend(min(trials, key=len))
+                fewest = min(trials, key=len)
+                out.extend(fewest)
                 return
     # enum
     enum = schema.get("enum")
@@ -133,8 +134,8 @@ def _check(value: Any, schema: Any, path: str, out: list[SchemaIssue], top: bool
     _constraints(value, schema, path, out)
     # containers
     if isinstance(value, dict):
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        props = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
+        required = schema["required"] if isinstance(schema.get("required"), list) else []
         for name in required:
             if isinstance(name, str) and name not in value:
                 where = f"{path}.{name}" if path else name
@@ -228,15 +229,15 @@ def to_toolset(tools: Toolset | Sequence[dict[str, Any]] | str) -> Toolset:
     return Toolset.shared(tools)
 
 
-def normalize_call(call: ToolCall | dict[str, Any] | tuple[str, Any]) -> tuple[str, Any]:
+def normalize_call(call: ToolCall | Mapping[str, Any] | tuple[str, Any]) -> tuple[str, Any]:
     """(name, arguments) from a ToolCall, an OpenAI tool-call dict, {name, arguments} or a pair.
     Arguments stay as given (dict or JSON text)."""
     if isinstance(call, ToolCall):
         return call.name, call.arguments
     if isinstance(call, tuple):
         return call[0], call[1]
-    if isinstance(call, dict):
-        fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    if isinstance(call, Mapping):
+        fn = call["function"] if isinstance(call.get("function"), Mapping) else call
         return str(fn.get("name", "")), fn.get("arguments", {})
     raise TypeError(f"not a tool call: {call!r}")
 

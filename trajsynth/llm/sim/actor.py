@@ -64,7 +64,7 @@ class ConversationState:
 
 
 def _is_question(text: str | None) -> bool:
-    return bool(text) and text.strip().endswith("?")  # type: ignore[union-attr]
+    return bool(text and text.strip().endswith("?"))
 
 
 def read_conversation(messages: list[dict[str, Any]]) -> ConversationState:

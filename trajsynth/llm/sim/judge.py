@@ -279,7 +279,7 @@ def _rubric(meta: JudgeMeta, tools: ToolIndex, accuracy: float, r: random.Random
 def _tool_words(tool: dict[str, Any] | None, *, params: bool) -> set[str]:
     if not tool:
         return set()
-    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    fn = tool["function"] if isinstance(tool.get("function"), dict) else tool
     words: set[str] = set()
     if params:
         for p in (fn.get("parameters") or {}).get("properties") or {}:

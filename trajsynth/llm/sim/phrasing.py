@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -867,10 +868,10 @@ def _compose_once(
     n_calls = sum(len(st) for st in clauses)
     sentences: list[str] = []
     numbered = len(clauses) >= 3 and rng.random() < 0.3
-    for s, step in enumerate(clauses):
-        for i, c in enumerate(step):
-            if i > 0 and step[0].name == c.name and rng.random() < 0.7:
-                rest = _same_tool(step[0], c, rng)
+    for s, said in enumerate(clauses):
+        for i, c in enumerate(said):
+            if i > 0 and said[0].name == c.name and rng.random() < 0.7:
+                rest = _same_tool(said[0], c, rng)
                 if rest is not None:
                     end = sentences[-1][-1]
                     sentences[-1] = sentences[-1][:-1] + ", " + rest + end
@@ -929,7 +930,7 @@ def compose_query(
     *,
     persona: str | None = None,
     style: str | None = None,
-    prior_outputs: list[Any] = (),  # type: ignore[assignment]
+    prior_outputs: Sequence[Any] = (),
     tries: int = 8,
 ) -> str:
     """A request for a whole call path: every value stated (values from ``prior_outputs``
@@ -951,7 +952,7 @@ def describe_call(
     tools: Any,
     rng: random.Random,
     *,
-    prior_outputs: list[Any] = (),  # type: ignore[assignment]
+    prior_outputs: Sequence[Any] = (),
 ) -> str:
     """One request for ``call`` alone."""
     return compose_query([[call]], tools, rng, prior_outputs=prior_outputs)
@@ -1026,7 +1027,7 @@ def call_thought(
     *,
     request: str = "",
     step: int = 0,
-    outputs: list[Any] = (),  # type: ignore[assignment]
+    outputs: Sequence[Any] = (),
 ) -> str:
     """The reasoning before a step of calls: which part of the request it serves, why this
     tool, which value goes to which parameter. ``calls``: (name, arguments; None when they

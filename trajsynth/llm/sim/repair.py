@@ -44,7 +44,7 @@ def _achieved(messages: list[dict[str, Any]]) -> list[tuple[GoldCall, str]]:
         if m.get("role") != "assistant":
             continue
         for tc in m.get("tool_calls") or []:
-            fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
+            fn = tc["function"] if isinstance(tc.get("function"), dict) else tc
             name, raw = fn.get("name"), fn.get("arguments")
             result = results.get(tc.get("id") or "")
             if not name or result is None or _is_error(result):
@@ -104,7 +104,9 @@ def rewrite(
         return SimOutput(content=json.dumps(empty), uncertain=True)
     calls = [c for c, _ in done]
     query = compose_query([[c] for c in calls], tools, r)
-    out_calls = [{"name": c.name, "arguments": dict(c.arguments)} for c in calls]
+    out_calls: list[dict[str, Any]] = [
+        {"name": c.name, "arguments": dict(c.arguments)} for c in calls
+    ]
     error = meta.error_rate if meta.error_rate is not None else cfg.rewriter_error_rate
     wrong = False
     if r.random() < error:

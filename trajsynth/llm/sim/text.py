@@ -58,7 +58,7 @@ class ToolIndex:
         for t in tools or []:
             if not isinstance(t, dict):
                 continue
-            fn = t.get("function") if isinstance(t.get("function"), dict) else t
+            fn = t["function"] if isinstance(t.get("function"), dict) else t
             name = fn.get("name")
             if not isinstance(name, str):
                 continue
@@ -84,7 +84,7 @@ class ToolIndex:
         out = []
         info = self.tools.get(call.name)
         for k in call.arguments:
-            bfcl_optional = bool(call.acceptable) and "" in (call.acceptable.get(k) or [])
+            bfcl_optional = bool(call.acceptable and "" in (call.acceptable.get(k) or []))
             schema_optional = info is not None and bool(info.properties) and k not in info.required
             if bfcl_optional or schema_optional:
                 out.append(k)
@@ -217,7 +217,7 @@ def default_args(info: ToolInfo, rng: random.Random) -> dict[str, Any]:
             "boolean": True,
             "array": [],
             "object": {},
-        }.get(kind, rng.choice(_WORDS))
+        }.get(kind if isinstance(kind, str) else "", rng.choice(_WORDS))  # ["integer", "null"]
     return out
 
 

@@ -161,9 +161,8 @@ class ValuePool:
                     continue
                 self.examples.setdefault((tool, k), []).append(v)
                 self.example_params.setdefault(k, []).append(v)
-        for d in (self.examples, self.example_params):
-            for k, vals in d.items():
-                d[k] = _dedup(vals)  # type: ignore[index]
+        self.examples = {key: _dedup(vals) for key, vals in self.examples.items()}
+        self.example_params = {key: _dedup(vals) for key, vals in self.example_params.items()}
 
     # -- 2) values -------------------------------------------------------------------------
     def candidates(self, tool: str, param: str, schema: dict[str, Any]) -> list[Any]:
@@ -223,7 +222,7 @@ class ValuePool:
         if t == "boolean":
             return rng.random() < 0.5
         if t == "array":
-            items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+            items = schema["items"] if isinstance(schema.get("items"), dict) else {}
             single = param[:-1] if param.endswith("s") else param
             pool = self.candidates("", single, items) or self.candidates(
                 "", single.removesuffix("_id") + "_id", items
@@ -232,7 +231,7 @@ class ValuePool:
                 return rng.sample(pool, min(len(pool), rng.randint(1, 2)))
             return [self.invent(single, items, rng)]
         if t == "object":  # the required fields, each drawn like a parameter of its name
-            props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+            props = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
             required = [r for r in schema.get("required") or [] if r in props]
             return {r: self._draw(r, props[r], rng) for r in required}
         if "date" in desc or "yyyy-mm-dd" in desc:
@@ -370,14 +369,14 @@ def _narrow(value: Any, param: str, schema: dict[str, Any]) -> list[Any]:
         value = parsed
     if not isinstance(value, (dict, list)):
         return []
-    words = set(param.lower().replace("-", "_").split("_")) | {param.lower()}
+    wanted = set(param.lower().replace("-", "_").split("_")) | {param.lower()}
     named: list[Any] = []
     other: list[Any] = []
     for key, v in json_fields({"_": value}):
         if key == "_" or isinstance(v, (dict, list)) or v is None or not _fits(v, schema):
             continue
         parts = set(str(key).lower().split("_")) | {str(key).lower()}
-        (named if parts & words else other).append(v)
+        (named if parts & wanted else other).append(v)
     return _dedup(named) or _dedup(other)
 
 

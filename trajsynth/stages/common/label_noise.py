@@ -27,7 +27,7 @@ import math
 import random
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ...core.task import GoldCall, GroundTruth
 
@@ -41,7 +41,8 @@ __all__ = [
 ]
 
 NOISE_KEY = "label_noise"
-KINDS = ("value", "swap", "missing")
+Kind = Literal["value", "swap", "missing"]
+KINDS: tuple[Kind, ...] = ("value", "swap", "missing")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -78,7 +79,7 @@ def _schemas(tools: Sequence[Any] | None) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for tool in tools or []:
         if isinstance(tool, dict):
-            fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+            fn = tool["function"] if isinstance(tool.get("function"), dict) else tool
             if fn.get("name"):
                 out[str(fn["name"])] = fn.get("parameters") or {}
     return out
@@ -89,7 +90,8 @@ def _shift_number(value: float, prop: dict[str, Any], rng: random.Random) -> flo
     lo = prop.get("minimum", -math.inf)
     hi = prop.get("maximum", math.inf)
     if isinstance(value, int):
-        options: list[float] = [value + d for d in (1, 2, 3, 5, 10, -1, -2)] + [value * 2]
+        options: list[float] = [value + d for d in (1, 2, 3, 5, 10, -1, -2)]
+        options.append(value * 2)
     else:
         digits = len(repr(value).partition(".")[2]) if "." in repr(value) else 0
         options = [round(value * f, max(digits, 1)) for f in (2.0, 0.5, 1.5, 10.0)]
@@ -119,7 +121,7 @@ def _wrong_value(value: Any, prop: dict[str, Any], rng: random.Random) -> Any:
             return None
         return value[: m.start()] + str(new) + value[m.end() :]
     if isinstance(value, list) and value:
-        items = prop.get("items") if isinstance(prop.get("items"), dict) else {}
+        items = prop["items"] if isinstance(prop.get("items"), dict) else {}
         i = rng.randrange(len(value))
         item = value[i]
         if isinstance(items.get("enum"), list):

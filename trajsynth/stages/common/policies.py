@@ -56,12 +56,15 @@ class PolicyError(Exception):
 
 #: what the simulator needs of a task's ground truth: not the calls' recorded outputs nor
 #: ``extra`` (bindings, paths), which only make every request larger
-_SLIM = {"extra": True, "turns": {"__all__": {"steps": {"__all__": {"__all__": {"output"}}}}}}
+_SLIM: dict[str, Any] = {
+    "extra": True,
+    "turns": {"__all__": {"steps": {"__all__": {"__all__": {"output"}}}}},
+}
 
 
 def sim_task(task: GroundTruth) -> dict[str, Any]:
     """The ground truth as the simulated roles read it from request metadata."""
-    return task.model_dump(mode="json", exclude=_SLIM)  # type: ignore[arg-type]
+    return task.model_dump(mode="json", exclude=_SLIM)
 
 
 def format_calls(steps: Sequence[Sequence[GoldCall]]) -> str:

@@ -278,7 +278,7 @@ def passed_columns(result: EpisodeResult, verdict: EpisodeVerdict) -> dict[str, 
 
 
 #: the outcome columns every rollout stage fills
-ROLLOUT_WRITES = (
+ROLLOUT_WRITES: tuple[str, ...] = (
     "success",
     "reward",
     "reward_components",

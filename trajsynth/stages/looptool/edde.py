@@ -274,9 +274,11 @@ class EDDE(GlobalStage[EDDEConfig]):
     ) -> Trajectory | None:
         """Step 4's execution and step 5's trajectory: the calls run in the seed's domain and
         state; any error rejects the sample."""
+        called = calls_json(calls)
+        assert not isinstance(called, str), "a list of calls is no text step"
         gold = [
             GoldCall(name=c["name"], arguments=c["arguments"])
-            for c in calls_json(calls)  # type: ignore[union-attr]
+            for c in called
             if isinstance(c["arguments"], dict)
         ]
         if len(gold) != len(calls):
@@ -292,7 +294,7 @@ class EDDE(GlobalStage[EDDEConfig]):
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         cfg = self.config
-        jobs = []
+        jobs: list[tuple[Trajectory, GroundTruth, JglvRecord, int]] = []
         # 1) seeds
         for row in (r for b in batches for r in to_records(b)):
             jglv = get(row.extra, JglvRecord)

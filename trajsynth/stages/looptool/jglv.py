@@ -136,12 +136,14 @@ def _conversation(context: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def replace_label(row: Trajectory, step: int, prediction: Any, ctx: Context) -> Trajectory | None:
+def replace_label(
+    row: Trajectory, step: int | None, prediction: Any, ctx: Context
+) -> Trajectory | None:
     """Step 5: the row with gold step ``step`` replaced by the prediction's calls, its
-    trajectory rebuilt by executing the new gold; None when it cannot be (a text step, an
-    execution error)."""
+    trajectory rebuilt by executing the new gold; None when it cannot be (no step named, a
+    text step, an execution error)."""
     gt = row.ground_truth
-    where = locate_step(gt, step) if gt is not None else None
+    where = locate_step(gt, step) if gt is not None and step is not None else None
     if gt is None or where is None or not isinstance(prediction, list) or not prediction:
         return None
     t, s = where

@@ -96,7 +96,9 @@ class LabelNoise(GlobalStage[LabelNoiseConfig]):
                 continue
             rows[i] = wrong
             injected += 1
-            ctx.metrics.inc(f"injected.{noise_of(wrong.extra)['kind']}")  # type: ignore[index]
+            noise = noise_of(wrong.extra)
+            assert noise is not None, "corrupt_step marks the rows it corrupts"
+            ctx.metrics.inc(f"injected.{noise['kind']}")
         ctx.metrics.inc("injected", injected)
         if injected < target:
             ctx.log.warning(

@@ -178,7 +178,7 @@ def _label_noise(
     ):
         return None
     seed = made.get(0, [])
-    out_iters = []
+    out_iters: list[dict[str, Any]] = []
     totals: Counter[str] = Counter()
     for k in iterations:
         trained = made.get(k - 1, [])
@@ -215,7 +215,7 @@ def _label_noise(
         "seed_rows": len(seed),
         "seed_noisy": sum(1 for r in seed if noise_of(r.extra)),
         "rate": _ratio(sum(1 for r in seed if noise_of(r.extra)), len(seed)),
-        "kinds": dict(Counter(noise_of(r.extra)["kind"] for r in seed if noise_of(r.extra))),  # type: ignore[index]
+        "kinds": dict(Counter(n["kind"] for r in seed if (n := noise_of(r.extra)))),
         "iterations": out_iters,
         "total": {
             **dict(totals),
@@ -230,7 +230,7 @@ def _final(rows: list[Trajectory], mix: tuple[float, float, float]) -> dict[str,
     left in it."""
     if not rows:
         return None
-    counts = Counter(r.difficulty for r in rows)
+    counts: Counter[str | None] = Counter(r.difficulty for r in rows)
     total = sum(mix)
     target = dict(zip(BUCKETS, (m / total for m in mix), strict=True))
     # rows a bucket lacks for its target share of this many rows (0: met)
@@ -284,7 +284,7 @@ def build_report(
         lt = get(r.extra, LoopToolOrigin)
         made[lt.iteration if lt else 0][lt.origin if lt else "seed"] += 1
         made_rows[lt.iteration if lt else 0].append(r)
-    out_iters = []
+    out_iters: list[dict[str, Any]] = []
     for k in iterations:
         trained = made.get(k - 1, Counter())
         probe = episodes.get(("student", probe_set, k), [])
@@ -324,6 +324,7 @@ def build_report(
         diff = _difference(
             episodes.get(("student", probe_set, iterations[-1]), []), baseline, metric
         )
+        loop_weak, static_weak = _weak_mean(last, weak), _weak_mean(base_acc, weak)
         static = {
             "student": base_acc,
             "student_ci": _ci(baseline, metric),
@@ -334,8 +335,8 @@ def build_report(
             "loop_minus_static_by_capability": diff,
             "verdict": _verdict(diff.get("overall")),
             "loop_minus_static_weak": (
-                round(_weak_mean(last, weak) - _weak_mean(base_acc, weak), 4)  # type: ignore[operator]
-                if _weak_mean(last, weak) is not None and _weak_mean(base_acc, weak) is not None
+                round(loop_weak - static_weak, 4)
+                if loop_weak is not None and static_weak is not None
                 else None
             ),
         }

@@ -39,7 +39,7 @@ from ...core.schema import Message, Trajectory
 from ...envs.arena import ArenaError, pack_arena
 from ...envs.sandbox import Sandbox
 from ..context import Context
-from ..kinds import RowStage, StageConfig
+from ..kinds import Emit, RowStage, StageConfig
 from ..registry import register
 
 __all__ = ["TOOL_PROMPT", "Arena", "ArenaConfig"]
@@ -95,9 +95,9 @@ class Arena(RowStage[ArenaConfig]):
     @staticmethod
     def _box(ctx: Context) -> Sandbox:
         """The environment factory's shared sandbox (``defaults.env.sandbox``)."""
-        return ctx.envs.sandbox  # type: ignore[no-any-return]
+        return ctx.envs.sandbox
 
-    async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory]:
+    async def aprocess_row(self, row: Trajectory, ctx: Context) -> list[Trajectory | Emit]:
         cfg = self.config
         ctx.metrics.inc("rows")
         if not row.success:

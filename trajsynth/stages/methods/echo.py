@@ -384,7 +384,7 @@ def _calls(value: Any) -> list[GoldCall] | None:
     for c in value:
         if not isinstance(c, dict):
             return None
-        fn = c.get("function") if isinstance(c.get("function"), dict) else c
+        fn = c["function"] if isinstance(c.get("function"), dict) else c
         args = fn.get("arguments", {})
         if isinstance(args, str):
             try:
@@ -451,7 +451,7 @@ class Echo(RowsGlobalStage[EchoConfig]):
                 r = await self._attempt(ctx, g, attempt, sem)
                 if r is _LOST:  # the endpoint's failure: not a reason to ask another one
                     return []
-                if r is not None:
+                if isinstance(r, _Rewrite):  # else None: ask the next goal
                     return [r]
             return []
 
@@ -467,9 +467,9 @@ class Echo(RowsGlobalStage[EchoConfig]):
         # 6) rows
         out: list[Trajectory] = []
         for _key, rewrite in sorted(memory.items(), key=lambda kv: kv[0]):
-            row = await self._row(ctx, rewrite)
-            if row is not None:
-                out.append(row)
+            made = await self._row(ctx, rewrite)
+            if made is not None:
+                out.append(made)
         ctx.metrics.inc("kept", len(out))
         return out
 

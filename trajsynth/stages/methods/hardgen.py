@@ -546,7 +546,9 @@ class HardGen(RowsGlobalStage[HardGenConfig]):
         stats = FailureStats()
         sem = asyncio.Semaphore(cfg.concurrency)
 
-        async def one(role: str, row: Trajectory, k: int) -> tuple[str, Trajectory, list[bool]]:
+        async def one(
+            role: str, row: Trajectory, k: int
+        ) -> tuple[str, Trajectory, list[bool] | None]:
             async with sem:
                 gt, opening = task_of(row)
                 assert gt is not None

@@ -635,6 +635,7 @@ class Steca(GlobalStage[StecaConfig]):
         cfg = self.config
         assert root.snap is not None
         outcomes: list[bool] = []
+        frontier: list[tuple[EpisodeSnapshot, int, tuple[int, ...]]]
         if cfg.group_requests:
             frontier = [(root.snap, k, (first,))]
         else:

@@ -212,12 +212,12 @@ def progress_score(scorer: _Scorer, ep: Episode) -> float:
     by_turn: dict[int, list[dict[str, Any]]] = {}
     for info in res.step_info:
         by_turn.setdefault(info["turn"], []).append(info)
-    for t, g in enumerate(scorer.gt.turns):
+    for t, turn in enumerate(scorer.gt.turns):
         steps = by_turn.get(t, [])
-        if g.kind == "clarify" and steps and steps[0]["calls"]:
+        if turn.kind == "clarify" and steps and steps[0]["calls"]:
             penalty += 0.5
         if t < ep.turn or ep.done:  # the turn is over: were its gold calls made?
-            gold_n = sum(len(s) for s in g.steps)
+            gold_n = sum(len(s) for s in turn.steps)
             made = sum(s["calls"] for s in steps)
             if gold_n and made < gold_n:
                 penalty += 1.0
