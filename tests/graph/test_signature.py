@@ -8,12 +8,14 @@ Run: PYTHONPATH=. python -m pytest tests/graph/test_signature.py -q
 from __future__ import annotations
 
 import doctest
+import importlib
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import trajsynth.graph.scorers as scorers
 import trajsynth.graph.signature as sig
 from trajsynth.envs.domains import BUILTIN_DOMAINS
 from trajsynth.envs.importers import import_tools
@@ -52,8 +54,10 @@ def assert_no_type_mismatch(g) -> int:
     return n
 
 
-def test_doctests() -> None:
-    assert doctest.testmod(sig).failed == 0
+@pytest.mark.parametrize("module", ["scorers", "compat", "fields"])
+def test_doctests(module: str) -> None:
+    result = doctest.testmod(importlib.import_module(f"trajsynth.graph.{module}"))
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_travel_data_flow_and_prerequisites() -> None:
@@ -326,7 +330,7 @@ def test_big_toolsets_block_by_neighbours_and_shared_names(
     assert ("token", "token") in {
         (f.field, f.param) for f in g.feeds("GetUserToken", "ModifyPassword")
     }
-    monkeypatch.setattr(sig, "EMBEDDING_MAX_TOOLS", 10)
+    monkeypatch.setattr(scorers, "EMBEDDING_MAX_TOOLS", 10)
     assert build_graph(ts, GraphConfig()).similarity == "lexical"  # auto above the limit
 
 
@@ -364,7 +368,7 @@ def test_a_list_of_scalars_is_named_by_its_description(monkeypatch: pytest.Monke
     assert not g.feeds("list_favourites", "read_message")  # "message" names no message ids
     assert not g.feeds("list_favourites", "get_contact")
     # without the rule the names share nothing: max(0.5 * 0.5, 0.5 - 0.15) = 0.35 < 0.5
-    monkeypatch.setattr(sig, "_NAMED_BY_TEXT", 0.0)
+    monkeypatch.setattr(scorers, "_NAMED_BY_TEXT", 0.0)
     assert not build_graph(ts, LEX).feeds("list_favourites", "get_quote")
 
 

@@ -4,7 +4,10 @@ It imports ``core`` and the tool data models of ``envs.spec`` (a :class:`Toolset
 input), nothing else:
 
 - :mod:`.signature`: :func:`build_graph` → :class:`SignatureGraph` (function, parameter and
-  return-field nodes; data-flow edges; prerequisite ordering);
+  return-field nodes; data-flow edges; prerequisite ordering), the names of :mod:`.build`
+  (the steps), :mod:`.container` (the graph and its records), :mod:`.scorers` (name and
+  description evidence), :mod:`.compat` (types), :mod:`.fields` (return fields) and
+  :mod:`.plot` (drawing);
 - :mod:`.ops`: the seeded random walk, MAGNIFY, CONNECT, and Magnet's Merge, Insert, Split,
   each preserving legality.
 """

@@ -50,6 +50,8 @@ Per execution (a request on stdin: 4-byte big-endian length + JSON):
 """
 
 # ruff: noqa: SIM105 - try/except/pass, not contextlib: the worker imports as little as it can
+from __future__ import annotations
+
 import ctypes
 import errno
 import gc
@@ -62,6 +64,15 @@ import struct
 import sys
 import time
 import traceback
+
+TYPE_CHECKING = False  # typing is not imported at run time: the worker starts in ~15 ms
+if TYPE_CHECKING:
+    from collections.abc import Container, Iterable, Sequence
+    from types import CodeType
+    from typing import Any
+
+    #: a request's files, limits, ...: decoded JSON
+    Json = dict[str, Any]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -80,24 +91,28 @@ SECBIT_NOROOT_ALL = 0x3 | 0xC | 0x30  # noroot, no_setuid_fixup, keep_caps_locke
 UID_BASE = 1_800_000_000
 MEMORY_EXIT = 113  # the child's exit code after a MemoryError
 COMPILE_IN_WORKER_CHARS = 20_000
-_libc = None
+_libc: ctypes.CDLL | None = None
 
 
-def libc():
+def libc() -> ctypes.CDLL:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
     return _libc
 
 
-def _check(ret, what):
+def _check(ret: int, what: str) -> None:
     if ret != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"{what}: {os.strerror(e)}")
 
 
-def mount(source, target, fstype, flags, data=None):
-    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+def mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
+    def enc(s: str | None) -> bytes | None:
+        return None if s is None else s.encode()
+
     _check(
         libc().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
         f"mount {target}",
@@ -113,7 +128,7 @@ class MountAttr(ctypes.Structure):
     ]
 
 
-def make_readonly(keep_writable=("/proc",)):
+def make_readonly(keep_writable: Sequence[str] = ("/proc",)) -> None:
     """Every mount read-only and nosuid (one syscall on Linux >= 5.12, else mount by mount),
     except ``keep_writable`` (our own ``/proc``: a run writes its user namespace's maps and
     limits there)."""
@@ -146,11 +161,11 @@ def make_readonly(keep_writable=("/proc",)):
                 raise
 
 
-def hidden_ancestors(paths):
+def hidden_ancestors(paths: Iterable[str | None]) -> dict[str, list[str]]:
     """{ancestor: [paths]} for each path below a folder others cannot enter (e.g. a Python
     installed under /root): the run's uid could not read it."""
-    plan = {}
-    tops = []
+    plan: dict[str, list[str]] = {}
+    tops: list[str] = []
     for p in sorted({os.path.realpath(p) for p in paths if p}):
         if not any(p == t or p.startswith(t + "/") for t in tops):
             tops.append(p)
@@ -169,7 +184,7 @@ def hidden_ancestors(paths):
     return plan
 
 
-def interpreter_paths(executable=None):
+def interpreter_paths(executable: str | None = None) -> list[str]:
     """The interpreter's installation and, for a virtual environment's interpreter, that
     environment (its site-packages), so ``sys.executable`` works inside the sandbox too."""
     exe = executable or sys.executable
@@ -194,19 +209,21 @@ ETC_SECRETS = (
 DEVICES = ("null", "zero", "full", "random", "urandom")
 
 
-def root_plan(extra=(), executable=None):
+def root_plan(
+    extra: Iterable[str | os.PathLike[str]] = (), executable: str | None = None
+) -> list[tuple[str, str, Any]]:
     """What the private root holds: ``[(kind, path, target)]`` in creation order, kind one of
     ``bind`` (a host path at the same place), ``symlink`` (a host symlink on the way to a
     bound path, recreated), ``hide`` (an /etc secret, covered). Paths already inside a bound
     folder are skipped."""
-    plan = []
-    bound = []
-    links = set()
+    plan: list[tuple[str, str, Any]] = []  # target: str, or None for a bind
+    bound: list[str] = []
+    links: set[str] = set()
 
-    def covered(p):
+    def covered(p: str) -> bool:
         return any(p == b or p.startswith(b + "/") for b in bound)
 
-    def place(path, depth=0):
+    def place(path: str, depth: int = 0) -> None:
         path = os.path.normpath(path)
         if depth > 16 or covered(path) or not os.path.lexists(path):
             return
@@ -241,11 +258,11 @@ def root_plan(extra=(), executable=None):
     return plan
 
 
-def _mkdirs(path):
+def _mkdirs(path: str) -> None:
     os.makedirs(path, mode=0o755, exist_ok=True)
 
 
-def build_root(new_root, extra=()):
+def build_root(new_root: str, extra: Iterable[str | os.PathLike[str]] = ()) -> None:
     """Populate the private root (a tmpfs mounted on ``new_root``): system folders, /etc
     without its secrets, the interpreter, ``extra`` paths, all bound from the host (made
     read-only later); a minimal /dev; empty /proc and /tmp for their own mounts."""
@@ -279,7 +296,7 @@ def build_root(new_root, extra=()):
         os.symlink(target, os.path.join(new_root, "dev", name))
 
 
-def pivot(new_root):
+def pivot(new_root: str) -> None:
     """Make ``new_root`` the root and detach the host's: nothing of it stays reachable."""
     nr = SYS_PIVOT_ROOT.get(os.uname().machine)
     if nr is None:
@@ -290,7 +307,9 @@ def pivot(new_root):
     os.chdir("/")
 
 
-def unshare_namespaces(network=True, inside_uid=0, mount_ns=True):
+def unshare_namespaces(
+    network: bool = True, inside_uid: int | None = 0, mount_ns: bool = True
+) -> None:
     """Step 1: new network, mount and PID namespaces (plus a user namespace when not root,
     mapping the caller to ``inside_uid``; None: to itself). ``network=False`` keeps the
     host's network and ``mount_ns=False`` the caller's mounts (the launcher of long-lived
@@ -313,7 +332,7 @@ def unshare_namespaces(network=True, inside_uid=0, mount_ns=True):
         mount(None, "/", None, MS_REC | MS_PRIVATE)
 
 
-def setup_root(scratch, tmpfs_mb, extra):
+def setup_root(scratch: str, tmpfs_mb: int, extra: Iterable[str | os.PathLike[str]]) -> str:
     """Step 2, in PID 1 of the new namespace: a private root on a tmpfs mounted on SCRATCH
     (read-only host system paths, a fresh /proc), pivoted into, then everything read-only but
     a private, size-limited /tmp. Returns what /proc is."""
@@ -340,7 +359,7 @@ class CapData(ctypes.Structure):
     _fields_ = [("e", ctypes.c_uint32), ("p", ctypes.c_uint32), ("i", ctypes.c_uint32)]
 
 
-def drop_capabilities():
+def drop_capabilities() -> None:
     """No capability survives, not even through execve of a uid-0 process."""
     lib = libc()
     for cap in range(64):
@@ -353,7 +372,7 @@ def drop_capabilities():
 NS_LIMITS = ("user", "mnt", "net", "pid", "ipc", "uts", "cgroup")
 
 
-def limit_namespaces():
+def limit_namespaces() -> bool:
     """Step 3a: no process of our user namespace may create a namespace of any kind (each
     user namespace has its own ``max_*_namespaces``; ours become 0). Returns False when the
     limits cannot be written."""
@@ -370,7 +389,7 @@ def limit_namespaces():
     return done
 
 
-def enter_own_userns(sync_w, go_r):
+def enter_own_userns(sync_w: int, go_r: int) -> None:
     """Step 3a as real root: a user namespace of our own, mapping root and the runs' uid to
     themselves (written by our parent, which still holds CAP_SETUID on the host), so the
     namespace limits we set in it bind the runs and nothing else of the host."""
@@ -380,7 +399,7 @@ def enter_own_userns(sync_w, go_r):
         raise OSError(errno.EPERM, "the user namespace maps could not be written")
 
 
-def write_maps(proc_fd, exec_uid):
+def write_maps(proc_fd: int, exec_uid: int | None) -> None:
     """The parent's half of :func:`enter_own_userns`."""
     text = f"0 0 1\n{exec_uid} {exec_uid} 1\n"
     for name in ("uid_map", "gid_map"):
@@ -399,9 +418,9 @@ MEMORY_SLACK = 16 << 20  # the worker's own pages touched while it runs an execu
 WATCH_INTERVAL_S = 0.01
 
 
-def _mounts(fstype):
+def _mounts(fstype: str) -> list[tuple[str, list[str]]]:
     """[(mount point, super options)] of one file system type."""
-    out = []
+    out: list[tuple[str, list[str]]] = []
     try:
         with open("/proc/self/mountinfo") as f:
             for line in f:
@@ -422,13 +441,13 @@ class MemoryCgroup:
     hierarchy is writable; :meth:`create` returns None when neither is. The files are opened
     before the root is pivoted, so the worker keeps using them without seeing /sys."""
 
-    def __init__(self, version, path, limit_fds, events_fd):
+    def __init__(self, version: str, path: str, limit_fds: list[int], events_fd: int) -> None:
         self.version, self.path = version, path
         self.limit_fds, self.events_fd = limit_fds, events_fd
-        self.current = None
+        self.current: int | None = None
 
     @classmethod
-    def create(cls):
+    def create(cls) -> MemoryCgroup | None:
         try:
             with open("/proc/self/cgroup") as f:
                 lines = [ln.rstrip("\n").split(":", 2) for ln in f]
@@ -436,7 +455,7 @@ class MemoryCgroup:
             return None
         v2 = [p for h, c, p in lines if h == "0" and c == ""]
         v1 = [p for h, c, p in lines if "memory" in c.split(",")]
-        candidates = []
+        candidates: list[tuple[str, str]] = []
         if v2:
             candidates += [("v2", m + v2[0].rstrip("/")) for m, _ in _mounts("cgroup2")]
         if v1:
@@ -450,7 +469,7 @@ class MemoryCgroup:
         return None
 
     @classmethod
-    def _make(cls, version, parent):
+    def _make(cls, version: str, parent: str) -> MemoryCgroup | None:
         if version == "v2":
             try:
                 with open(os.path.join(parent, "cgroup.controllers")) as f:
@@ -474,7 +493,7 @@ class MemoryCgroup:
         ]  # fmt: skip
         events = "memory.events" if version == "v2" else "memory.oom_control"
         try:
-            fds = []
+            fds: list[int] = []
             for name in limit_names:
                 try:
                     fds.append(os.open(os.path.join(path, name), os.O_WRONLY))
@@ -495,7 +514,7 @@ class MemoryCgroup:
         return cls(version, path, fds, events_fd)
 
     @staticmethod
-    def _remove_stale(parent):
+    def _remove_stale(parent: str) -> None:
         """Empty cgroups of workers that are gone (a killed run's leftovers)."""
         try:
             names = [n for n in os.listdir(parent) if n.startswith("trajsynth-sandbox-")]
@@ -509,7 +528,7 @@ class MemoryCgroup:
                 except OSError:
                     pass
 
-    def set_limit(self, nbytes):
+    def set_limit(self, nbytes: int) -> None:
         """The whole execution's limit (plus the worker's slack)."""
         if nbytes == self.current:
             return
@@ -525,7 +544,7 @@ class MemoryCgroup:
                     pass
         self.current = nbytes
 
-    def oom_kills(self):
+    def oom_kills(self) -> int:
         try:
             text = os.pread(self.events_fd, 4096, 0).decode()
         except OSError:
@@ -536,12 +555,12 @@ class MemoryCgroup:
                 return int(value)
         return 0
 
-    def describe(self):
+    def describe(self) -> str:
         name = "memory.max" if self.version == "v2" else "memory.limit_in_bytes"
         return f"cgroup {self.version} {name} on the whole execution"
 
 
-def tree_pss_bytes(exclude):
+def tree_pss_bytes(exclude: Container[int]) -> int:
     """Proportional set size of every process visible in our private /proc but ``exclude``:
     the watchdog's measure of the execution's memory (shared pages counted once)."""
     total = 0
@@ -559,7 +578,7 @@ def tree_pss_bytes(exclude):
     return total
 
 
-def _print_user_traceback():
+def _print_user_traceback() -> None:
     """The traceback of the sandboxed code, without the worker's own frame."""
     etype, value, tb = sys.exc_info()
     traceback.print_exception(etype, value, tb.tb_next if tb is not None else None)
@@ -570,7 +589,7 @@ def _print_user_traceback():
 # --------------------------------------------------------------------------------------
 
 
-def read_exact(fd, n):
+def read_exact(fd: int, n: int) -> bytes | None:
     buf = b""
     while len(buf) < n:
         chunk = os.read(fd, n - len(buf))
@@ -580,7 +599,7 @@ def read_exact(fd, n):
     return buf
 
 
-def recv(fd):
+def recv(fd: int) -> Any:
     head = read_exact(fd, 4)
     if head is None:
         return None
@@ -588,7 +607,7 @@ def recv(fd):
     return None if body is None else json.loads(body)
 
 
-def send(fd, obj):
+def send(fd: int, obj: Any) -> None:
     data = json.dumps(obj).encode()
     data = struct.pack(">I", len(data)) + data
     while data:
@@ -601,7 +620,19 @@ def send(fd, obj):
 
 
 class Worker:
-    def __init__(self, mode, scratch, ctl_in, ctl_out, exec_uid, memory=None, proc=""):
+    fd_limit: int  # set by serve()
+    tmp_options: str  # the mount options of /tmp (set by run_worker)
+
+    def __init__(
+        self,
+        mode: str,
+        scratch: str,
+        ctl_in: int | None,
+        ctl_out: int | None,
+        exec_uid: int | None,
+        memory: MemoryCgroup | None = None,
+        proc: str = "",
+    ) -> None:
         """``exec_uid``: the uid runs switch to (real root only), else None; ``memory``: the
         worker's :class:`MemoryCgroup`, if any; ``proc``: what /proc is (``private``: ours)."""
         self.mode = mode
@@ -614,13 +645,13 @@ class Worker:
         self.memory = memory
         # namespace and bwrap kinds: a private root whose /tmp is the run folder
         self.private_root = mode in ("namespace", "bwrap")
-        self.run_dir = "/tmp" if self.private_root else None
+        self.run_dir: str | None = "/tmp" if self.private_root else None
         # without a cgroup, a watchdog samples the execution's memory (private /proc only)
         self.watch = memory is None and self.pid1 and proc == "private"
         self.ns_limits = False  # whether step 3a set our namespace limits to 0
         self.exit_after_answer = False
 
-    def warm_up(self, preload):
+    def warm_up(self, preload: Iterable[str]) -> None:
         """Pay once, in the worker, the first-use costs every child would pay after fork:
         the compiler's first ``compile`` (~2.5 ms), ctypes symbol lookup, environ writes,
         and imports of commonly used modules."""
@@ -636,7 +667,7 @@ class Worker:
                 pass
         gc.freeze()  # keep the collector from touching (and so copying) inherited objects
 
-    def probe(self):
+    def probe(self) -> dict[str, str]:
         """What this worker's runs get, checked from a run's own seat: a child confined as a
         run is tries to create a user namespace."""
         info = {"filesystem": "host (rlimit only)", "network": "host"}
@@ -678,7 +709,7 @@ class Worker:
         }.get(verdict, "unknown (probe failed)")
         return info
 
-    def confine(self):
+    def confine(self) -> None:
         """Step 5 (after the rlimits): the run's uid (real root only) and no capabilities."""
         if self.exec_uid is not None:
             os.setgroups([])
@@ -690,7 +721,7 @@ class Worker:
         # (a switch from uid 0 to another uid clears every capability, and no_new_privs
         # keeps execve from granting any: the 65 prctl calls would cost ~1 ms a run)
 
-    def serve(self, info, preload=()):
+    def serve(self, info: Json, preload: Iterable[str] = ()) -> None:
         self.warm_up(preload)
         # no_new_privs is inherited and can never be unset: set once here, every run has it
         libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
@@ -699,22 +730,25 @@ class Worker:
             self.fd_limit = max(int(fd) for fd in os.listdir("/proc/self/fd")) + 32
         except OSError:  # no /proc
             self.fd_limit = 1024
-        send(self.ctl_out, {"ready": True, **info})
+        ctl_in, ctl_out = self.ctl_in, self.ctl_out
+        assert ctl_in is not None and ctl_out is not None, "only the zygote's has none"
+        send(ctl_out, {"ready": True, **info})
         while True:
-            req = recv(self.ctl_in)
+            req = recv(ctl_in)
             if req is None:
                 return
+            resp: Json
             try:
                 resp = self.execute(req)
             except Exception as exc:  # a worker bug: report it, keep serving
                 resp = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
             resp["id"] = req.get("id")
-            send(self.ctl_out, resp)
+            send(ctl_out, resp)
             if self.exit_after_answer:  # its run folder is unusable: the pool starts another
                 return
 
     # 4) run folder
-    def prepare(self, req):
+    def prepare(self, req: Json) -> str:
         """The run folder: one per worker, emptied after every execution (so a run never
         sees another's files), recreated if a run left it unusable."""
         if self.run_dir is None:  # rlimit mode: a folder under SCRATCH
@@ -736,14 +770,14 @@ class Worker:
                     os.chown(p, self.exec_uid, self.exec_uid)
         return run_dir
 
-    def execute(self, req):
+    def execute(self, req: Json) -> Json:
         run_dir = self.prepare(req)
         limits = req.get("limits") or {}
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         in_r, in_w = os.pipe()
         self.set_environment(run_dir, req.get("env") or {})
-        compiled = None
+        compiled: CodeType | BaseException | None = None
         code = req.get("code", "")
         # short code is compiled here, once, so the child only runs it (compiling in the child
         # costs copy-on-write faults); long code is compiled in the child, under its limits
@@ -787,7 +821,7 @@ class Worker:
                     self.exit_after_answer = True
         return result
 
-    def set_environment(self, run_dir, extra):
+    def set_environment(self, run_dir: str, extra: Json) -> None:
         """The child's scrubbed environment, written here so the child inherits it (changing
         it after the fork would copy-on-write pages in every child)."""
         env = {
@@ -804,7 +838,16 @@ class Worker:
             if os.environ.get(key) != value:
                 os.environ[key] = value
 
-    def child(self, req, limits, run_dir, in_r, out_w, err_w, compiled):
+    def child(
+        self,
+        req: Json,
+        limits: Json,
+        run_dir: str,
+        in_r: int,
+        out_w: int,
+        err_w: int,
+        compiled: CodeType | BaseException | None,
+    ) -> None:
         os.setsid()
         os.dup2(in_r, 0)
         os.dup2(out_w, 1)
@@ -868,13 +911,23 @@ class Worker:
             os._exit(code)
 
     # 6) output and timeout
-    def collect(self, pid, req, limits, out_r, err_r, in_w, start):
+    def collect(
+        self,
+        pid: int,
+        req: Json,
+        limits: Json,
+        out_r: int,
+        err_r: int,
+        in_w: int | None,
+        start: float,
+    ) -> Json:
         cap = int(limits.get("output_bytes", 1_000_000))
         timeout = float(req.get("timeout", 10))
         deadline = start + timeout
         bufs = {out_r: bytearray(), err_r: bytearray()}
         truncated = {out_r: False, err_r: False}
         stdin = (req.get("stdin") or "").encode()
+        assert in_w is not None, "the caller gives the stdin pipe (None once it is closed)"
         if stdin:
             os.set_blocking(in_w, False)
         else:
@@ -904,7 +957,11 @@ class Worker:
                 done, st, ru = os.wait4(pid, os.WNOHANG)
                 if done:
                     status, exited_at, usage = st, now, ru
-            if status is not None and (not open_fds or now - exited_at > 0.05):
+            if (
+                status is not None
+                and exited_at is not None  # (both are set together)
+                and (not open_fds or now - exited_at > 0.05)
+            ):
                 break
             if status is None and now >= deadline:
                 timed_out = True
@@ -929,7 +986,7 @@ class Worker:
                     bufs[fd] += chunk[:room]
                 if len(chunk) > room:
                     truncated[fd] = True
-            if writable:
+            if writable and in_w is not None:  # (writable is only ever [in_w])
                 try:
                     stdin = stdin[os.write(in_w, stdin) :]
                 except BlockingIOError:
@@ -942,16 +999,26 @@ class Worker:
         duration = (exited_at or time.monotonic()) - start
         # 7) nothing outlives the execution
         self.kill_rest(pid)
-        for fd in (out_r, err_r, pidfd, in_w):
-            if fd is not None:
-                os.close(fd)
+        for left in (out_r, err_r, pidfd, in_w):
+            if left is not None:
+                os.close(left)
         result = self.describe(status, timed_out, duration, limits, bufs, truncated, out_r, err_r)
         result["max_rss_kb"] = usage.ru_maxrss if usage is not None else None
         if over_memory and not timed_out:
             result["killed_by"] = "memory"
         return result
 
-    def describe(self, status, timed_out, duration, limits, bufs, truncated, out_r, err_r):
+    def describe(
+        self,
+        status: int,
+        timed_out: bool,
+        duration: float,
+        limits: Json,
+        bufs: dict[int, bytearray],
+        truncated: dict[int, bool],
+        out_r: int,
+        err_r: int,
+    ) -> Json:
         exit_code, sig = None, None
         if os.WIFEXITED(status):
             exit_code = os.WEXITSTATUS(status)
@@ -985,13 +1052,13 @@ class Worker:
             "stderr_truncated": truncated[err_r],
         }
 
-    def kill_group(self, pid):
+    def kill_group(self, pid: int) -> None:
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
-    def kill_rest(self, pid):
+    def kill_rest(self, pid: int) -> None:
         """Step 7."""
         self.kill_group(pid)
         if self.pid1:
@@ -1018,7 +1085,7 @@ class Worker:
             if done == 0:
                 break
 
-    def kill_descendants(self, budget_s=2.0):
+    def kill_descendants(self, budget_s: float = 2.0) -> None:
         """Kill our children until none is left: each time a process dies, its own children
         are reparented to us (child subreaper), so the loop reaches every descendant."""
         deadline = time.monotonic() + budget_s
@@ -1045,7 +1112,7 @@ class Worker:
                 except ChildProcessError:
                     pass
 
-    def cleanup(self, run_dir):
+    def cleanup(self, run_dir: str) -> None:
         """Empty the run folder and restore its owner and mode."""
         st = os.stat(run_dir)
         if self.private_root:  # /tmp: root's, sticky, writable by all
@@ -1072,7 +1139,7 @@ class Worker:
                 os.unlink(path)
 
 
-def run_worker(mode, scratch, config, ctl_in, ctl_out):
+def run_worker(mode: str, scratch: str, config: Json, ctl_in: int, ctl_out: int) -> None:
     """Set up one worker (steps 1-3) on the control descriptors and serve until EOF."""
     real_root = os.geteuid() == 0  # decided before a user namespace makes everyone uid 0
     exec_uid = None
@@ -1139,7 +1206,7 @@ def run_worker(mode, scratch, config, ctl_in, ctl_out):
     os._exit(0)
 
 
-def zygote(config):
+def zygote(config: Json) -> None:
     """A clean, warmed-up process that forks new workers on request, so a new isolated
     worker costs a fork and the isolation set-up instead of an interpreter start.
 
@@ -1176,7 +1243,7 @@ def zygote(config):
         os.close(fds[0])
 
 
-def main():
+def main() -> None:
     if sys.argv[1] == "zygote":
         zygote(json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})
         return
