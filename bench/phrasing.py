@@ -113,7 +113,8 @@ def _generate(work: Path, tasks: int) -> dict[str, Any]:
         run = run_pipeline(str(pipeline), out=work / f"run-{name}", overrides=overrides)
         rows = []
         for r in read_records(run.output("tasks")):
-            gt = r.ground_truth or {}
+            gt = r.ground_truth  # typed on today's rows, a dict on an older checkout's
+            gt = gt.model_dump(mode="json") if hasattr(gt, "model_dump") else (gt or {})
             rows.append(
                 {
                     "domain": r.domain,

@@ -81,9 +81,7 @@ def test_the_search_pipeline_plays_single_and_multi_hop_tasks(
     verified = read_records(result.output("verified"))
     assert verified and all(r.success for r in verified)
     for r in verified:
-        answers = (
-            r.extra.get("answers") or json.loads(json.dumps(r.ground_truth))["extra"]["answers"]
-        )
+        answers = r.extra.get("answers") or r.ground_truth.extra["answers"]
         assert answer_exact_match(r.final_answer(), answers) == 1.0
         searches = [c for c in r.calls() if c.name == "search"]
         assert len(searches) >= (2 if "multi_hop" in r.capabilities else 1)
