@@ -42,7 +42,7 @@ from pydantic import Field
 
 from ...core.batch import to_records
 from ...core.ids import seed_from
-from ...core.schema import Message, ToolCall, Trajectory
+from ...core.schema import ToolCall, Trajectory
 from ...core.task import GroundTruth
 from ..context import Context
 from ..kinds import MapStage, Output, StageConfig
@@ -174,7 +174,7 @@ def mask_row(
             )
         elif m.role == "tool" and m.name in fmap:
             m = m.model_copy(update={"name": fmap[m.name]})
-        messages.append(Message.model_validate(m.model_dump()))
+        messages.append(m)
     masked = row.derive(  # 4)
         id=Trajectory.make_id(row.id, "function_masking"),
         parent_ids=[row.id],

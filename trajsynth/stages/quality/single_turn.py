@@ -72,16 +72,11 @@ def first_decision(row: Trajectory) -> Trajectory | None:
     first = next((i for i, m in enumerate(row.messages) if m.role == "assistant"), None)
     if first is None:
         return None
-    keep = 1  # the first assistant step's values, where the row has step-level fields
-
-    def head(values: list) -> list:
-        return values[:keep]
-
-    return row.derive(
+    return row.derive(  # step-level fields keep the first assistant step's values
         messages=row.messages[: first + 1],
-        step_rewards=head(row.step_rewards),
-        step_flags=head(row.step_flags),
-        step_diffs=head(row.step_diffs),
+        step_rewards=row.step_rewards[:1],
+        step_flags=row.step_flags[:1],
+        step_diffs=row.step_diffs[:1],
     )
 
 
