@@ -57,3 +57,68 @@ def tau_trajectories_cmd(
         f"{len(rows):,} trajectories ({ok:,} successes, {len({r.task_id for r in rows}):,} "
         f"tasks) → {out} ({len(shards)} shard{'s' if len(shards) != 1 else ''})"
     )
+
+
+def _report(rows: list, skipped: dict[str, int], src: Path, out: Path, what: str) -> None:
+    from ..store.importers import write_rows
+
+    passed = ", ".join(f"{k} {v}" for k, v in sorted(skipped.items()))
+    if not rows:
+        raise UserError(
+            f"no {what} imported from {src}" + (f" (passed over: {passed})" if passed else ""),
+            hint=f"expected {what} laid out as the source project ships them",
+        )
+    shards = write_rows(rows, out)
+    plural = "s" if len(shards) != 1 else ""
+    console.print(
+        f"{len(rows):,} {what} → {out} ({len(shards)} shard{plural})"
+        + (f"; passed over: {passed}" if passed else "")
+    )
+
+
+@import_app.command("apibank-dialogues")
+def apibank_dialogues_cmd(
+    src: Annotated[Path, typer.Argument(help="An API-Bank dialogue (.jsonl) or a folder of them.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = ...,  # type: ignore[assignment]
+    apis: Annotated[
+        Path | None,
+        typer.Option(help="API-Bank's level-1-api.json (found in a folder above SRC)."),
+    ] = None,
+) -> None:
+    """Import API-Bank's level-1 dialogues, one row each.
+
+    Each row holds the dialogue as people wrote it (requests, the assistant's questions, the
+    calls with their recorded results) and the APIs it calls as tools.
+    """
+    from ..envs.importers import import_apibank
+    from ..store.apibank_dialogues import apibank_dialogues, find_apis
+
+    toolset = import_apibank(apis or find_apis(src if src.is_dir() else src.parent))
+    tools = {spec.original_name(): spec.to_openai() for spec in toolset.tools}
+    rows, skipped = apibank_dialogues(src, tools)
+    _report(rows, dict(skipped), src, out, "dialogues")
+
+
+@import_app.command("toolalpaca-answers")
+def toolalpaca_answers_cmd(
+    src: Annotated[
+        Path, typer.Argument(help="ToolAlpaca's eval_*.json, or the folder holding them.")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = ...,  # type: ignore[assignment]
+) -> None:
+    """Import ToolAlpaca's instructions with their golden answers' first decision, one row each.
+
+    Each row holds the instruction, the API's functions as tools and the first calls of the
+    golden answer (nothing was run: success is left unset).
+    """
+    from ..envs.importers import import_toolalpaca
+    from ..store.toolalpaca_answers import toolalpaca_answers
+
+    toolset = import_toolalpaca(src)
+    tools: dict[str, dict[str, dict]] = {}
+    for spec in toolset.tools:
+        tools.setdefault(str(spec.extra.get("api", "")), {})[spec.original_name()] = (
+            spec.to_openai()
+        )
+    rows, skipped = toolalpaca_answers(src, tools)
+    _report(rows, dict(skipped), src, out, "instructions")
