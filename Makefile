@@ -129,6 +129,13 @@ data/graded: data/deduped
 data/balanced: data/graded
 	$(TS) balance $< --out $@ --mix 0.3,0.5,0.2 --keep-all
 
+## requests people wrote, for the generalist pipeline (its `natural` stage reads them here):
+## API-Bank's level-1 dialogues and ToolAlpaca's instructions with their answers' first decision
+TRAJSYNTH_EXTERNAL ?= ../shared/external
+data/imported: | install
+	$(TS) import apibank-dialogues $(TRAJSYNTH_EXTERNAL)/api-bank/lv1-lv2-samples/level-1-given-desc --out $@/apibank
+	$(TS) import toolalpaca-answers $(TRAJSYNTH_EXTERNAL)/toolalpaca/data --out $@/toolalpaca
+
 ## synthetic rows (for benchmarks, not training): raw → split → sample
 data/synthetic: | install
 	$(TS) stage synthetic --out $@ --set rows=5000 --set duplicate_rate=0.1 -q
@@ -141,4 +148,5 @@ data/sampled: data/split
 
 clean:
 	rm -rf runs/ data/tasks data/rollouts data/verified data/scored data/filtered data/deduped \
-		data/graded data/balanced data/synthetic data/split data/sampled .pytest_cache
+		data/graded data/balanced data/synthetic data/split data/sampled data/imported \
+		.pytest_cache

@@ -4,13 +4,15 @@ Runs the generalist pipeline (``pipelines/generalist.yaml``) at a size that fits
 minutes on a 2-core CPU: every tool collection in ``--external`` (ToolAlpaca, StableToolBench,
 API-Bank, tau-bench; BFCL's multi-turn API classes as code; the built-in domains) →
 ``--tasks`` Magnet tasks per domain → simulated-teacher rollouts → verify, score, filter,
-dedup, difficulty, balance → decontaminate → LoRA SFT of SmolLM2-135M-Instruct for
-``--minutes`` → BFCL v4 (``--limit`` entries per category, spread over each file) for the
-base model and the trained one. BFCL's single-turn questions, functions and answers never
-enter the training data; the figure ``contamination`` counts any that did (must be 0).
+dedup, difficulty, balance → decontaminate → first-decision views, with API-Bank's dialogues
+and ToolAlpaca's instructions imported beside them (``--out``/imported) → SFT of
+SmolLM2-135M-Instruct for ``--minutes`` → BFCL v4 (``--limit`` entries per category, spread
+over each file) for the base model and the trained one. BFCL's single-turn questions,
+functions and answers never enter the training data; the figure ``contamination`` counts
+any that did (must be 0).
 
-Run: python bench/benchmark.py [--external DIR] [--tasks 20] [--minutes 20]
-     [--limit 10] [--out runs/benchmark]
+Run: python bench/benchmark.py [--external DIR] [--tasks 80] [--minutes 30]
+     [--limit 20] [--out runs/benchmark]
 
 Size: ``--tasks`` tasks per domain, and the pipeline's ``tasks_per_tool`` off (with it, a
 collection of thousands of tools gets thousands of tasks: the pipeline's own settings made
@@ -53,12 +55,30 @@ def _external(arg: str | None) -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared/external"
 
 
+def _import_natural(external: Path, imported: Path) -> None:
+    """Requests people wrote (the pipeline's ``natural`` stage reads them), as ``make
+    data/imported`` does; kept in the run folder, imported once."""
+    from trajsynth.cli import main as cli
+
+    sources = {
+        "apibank": ("apibank-dialogues", external / "api-bank/lv1-lv2-samples/level-1-given-desc"),
+        "toolalpaca": ("toolalpaca-answers", external / "toolalpaca/data"),
+    }
+    for name, (command, src) in sources.items():
+        if not (imported / name).is_dir():
+            try:
+                cli(["import", command, str(src), "--out", str(imported / name)])
+            except SystemExit as exc:
+                if exc.code:
+                    raise
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--external", help="Folder of tool collections (TRAJSYNTH_EXTERNAL).")
-    ap.add_argument("--tasks", type=int, default=20, help="Magnet tasks per domain.")
-    ap.add_argument("--minutes", type=float, default=20.0, help="SFT budget in minutes.")
-    ap.add_argument("--limit", type=int, default=10, help="BFCL entries per category.")
+    ap.add_argument("--tasks", type=int, default=80, help="Magnet tasks per domain.")
+    ap.add_argument("--minutes", type=float, default=30.0, help="SFT budget in minutes.")
+    ap.add_argument("--limit", type=int, default=20, help="BFCL entries per category.")
     ap.add_argument("--out", default="runs/benchmark", help="Run folder (stages cached there).")
     ap.add_argument("--set", action="append", default=[], help="More pipeline overrides.")
     args = ap.parse_args()
@@ -68,6 +88,8 @@ def main() -> None:
     if not external.is_dir():
         raise SystemExit(f"no tool collections at {external}: pass --external DIR")
     os.environ["TRAJSYNTH_EXTERNAL"] = str(external)
+    imported = Path(args.out) / "imported"
+    os.environ["TRAJSYNTH_IMPORTED"] = str(imported)
 
     from trajsynth.envs import EnvFactory
     from trajsynth.pipeline import run_pipeline
@@ -83,6 +105,7 @@ def main() -> None:
         *args.set,
     ]
     started = time.perf_counter()
+    _import_natural(external, imported)
     result = run_pipeline("generalist", out=args.out, overrides=overrides)
     wall = time.perf_counter() - started
     stages = result.manifest.stages

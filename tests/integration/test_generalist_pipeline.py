@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from trajsynth.cli import main as cli
 from trajsynth.core import GroundTruth
 from trajsynth.core.errors import ConfigError
 from trajsynth.core.schema import Message, Trajectory
@@ -31,6 +32,23 @@ def collections(external_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return external_dir
 
 
+@pytest.fixture
+def imported(collections: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """What `make data/imported` writes: API-Bank's dialogues, ToolAlpaca's first decisions."""
+    folder = tmp_path / "imported"
+    sources = {
+        "apibank": ("apibank-dialogues", "api-bank/lv1-lv2-samples/level-1-given-desc"),
+        "toolalpaca": ("toolalpaca-answers", "toolalpaca/data"),
+    }
+    for name, (command, src) in sources.items():
+        try:
+            cli(["import", command, str(collections / src), "--out", str(folder / name)])
+        except SystemExit as exc:
+            assert not exc.code
+    monkeypatch.setenv("TRAJSYNTH_IMPORTED", str(folder))
+    return folder
+
+
 def test_ships_and_names_its_collections_folder(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "generalist" in builtin_pipelines()
     monkeypatch.delenv("TRAJSYNTH_EXTERNAL", raising=False)
@@ -38,7 +56,7 @@ def test_ships_and_names_its_collections_folder(monkeypatch: pytest.MonkeyPatch)
         load_pipeline("generalist")
 
 
-def test_every_collection_becomes_a_domain_without_bfcl_names(collections: Path) -> None:
+def test_every_collection_becomes_a_domain_without_bfcl_names(imported: Path) -> None:
     pipe = load_pipeline("generalist")
     factory = EnvFactory(pipe.spec.defaults.env)
     names = single_turn_index().names
@@ -67,8 +85,8 @@ SMALL = [
 ]
 
 
-def test_runs_end_to_end_small(collections: Path, tmp_path: Path) -> None:
-    result = run_pipeline("generalist", out=tmp_path, overrides=SMALL)
+def test_runs_end_to_end_small(imported: Path, tmp_path: Path) -> None:
+    result = run_pipeline("generalist", out=tmp_path / "run", overrides=SMALL)
     tasks = read_records(result.output("tasks"))
     assert len(tasks) == 20 and {t.domain for t in tasks} == {"toolalpaca", "tau_retail"}
     caps = {c for t in tasks for c in t.capabilities}
@@ -76,9 +94,18 @@ def test_runs_end_to_end_small(collections: Path, tmp_path: Path) -> None:
     for t in tasks:  # every gold call is a function the row offers
         offered = {x["function"]["name"] for x in t.tools}
         assert {c.name for c in GroundTruth.from_json(t.ground_truth).flat_calls()} <= offered
-    trained_on = read_records(result.output("clean"))
-    assert trained_on and contamination(trained_on, single_turn_index())["count"] == 0
-    report = json.loads((tmp_path / "bfcl.json").read_text())
+    views = read_records(result.output("views"))
+    natural = read_records(result.output("natural"))
+    assert views and all(v.messages[-1].role == "assistant" for v in views)
+    assert {r.method for r in natural} == {"import:api-bank", "import:toolalpaca"}
+    assert len(natural) == len(read_records(imported / "apibank")) + len(
+        read_records(imported / "toolalpaca")
+    )  # nothing in them names a BFCL function or question
+    trained_on = views + natural
+    assert contamination(trained_on, single_turn_index())["count"] == 0
+    train = result.manifest.stages["train"].metrics["values"]
+    assert train["rows"] == len(trained_on)
+    report = json.loads((tmp_path / "run" / "bfcl.json").read_text())
     assert report["contamination"]["count"] == 0 and report["limit"] == 2
     assert set(report["trained"]) == {"simple_python", "irrelevance"}
     assert report["trained"] == report["train"]  # the last needed checkpoint

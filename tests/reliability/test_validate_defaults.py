@@ -37,12 +37,21 @@ def test_bad_defaults_fail_at_load(override: str, needle: str) -> None:
 
 
 def test_every_builtin_pipeline_still_validates(
-    external_dir: Path, monkeypatch: pytest.MonkeyPatch
+    external_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # generalist.yaml reads the tool collections from ${TRAJSYNTH_EXTERNAL}, which a user sets
+    # generalist.yaml reads the tool collections from ${TRAJSYNTH_EXTERNAL}, which a user sets,
+    # and the rows `make data/imported` writes from ${TRAJSYNTH_IMPORTED}
     monkeypatch.setenv("TRAJSYNTH_EXTERNAL", str(external_dir))
+    for name in ("apibank", "toolalpaca"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setenv("TRAJSYNTH_IMPORTED", str(tmp_path))
     for name in builtin_pipelines():
         load_pipeline(name)
+    monkeypatch.setenv("TRAJSYNTH_IMPORTED", str(tmp_path / "not-made"))
+    with pytest.raises(ConfigError) as err:
+        load_pipeline("generalist")
+    assert "not-made/apibank' does not exist" in err.value.message
+    assert "made before the run" in str(err.value.hint)
 
 
 def test_validate_command_exits_2_before_running(tmp_path: Path) -> None:

@@ -208,6 +208,12 @@ def _resolve_ref(stage_id: str, ref: str, steps: dict[str, StepSpec], base_dir: 
     for candidate in (Path(ref), base_dir / ref):
         if candidate.exists():
             return InputRef(path=candidate)
+    if "/" in ref or "\\" in ref:  # meant as a path: it must be made before the run
+        raise ConfigError(
+            f"stage {stage_id!r}: from: {ref!r} does not exist",
+            hint="an input folder is made before the run (the pipeline's header says how); "
+            f"stage ids are {sorted(steps)}",
+        )
     raise ConfigError(
         f"stage {stage_id!r}: from: {ref!r} is neither a stage id nor an existing path",
         hint=f"stage ids are {sorted(steps)}",
