@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from ..core.errors import UserError
+from ..core.errors import InputNotFoundError, UserError
 from . import app
 from ._common import console
 
@@ -93,6 +93,8 @@ def apibank_dialogues_cmd(
     from ..envs.importers import import_apibank
     from ..store.apibank_dialogues import apibank_dialogues, find_apis
 
+    if not src.exists():
+        raise InputNotFoundError(f"{src} does not exist")
     toolset = import_apibank(apis or find_apis(src if src.is_dir() else src.parent))
     tools = {spec.original_name(): spec.to_openai() for spec in toolset.tools}
     rows, skipped = apibank_dialogues(src, tools)
@@ -106,10 +108,10 @@ def toolalpaca_answers_cmd(
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = ...,  # type: ignore[assignment]
 ) -> None:
-    """Import ToolAlpaca's instructions with their golden answers' first decision, one row each.
+    """Import ToolAlpaca's instructions and first calls.
 
-    Each row holds the instruction, the API's functions as tools and the first calls of the
-    golden answer (nothing was run: success is left unset).
+    One row per instruction: the instruction, the API's functions as tools and the first
+    calls of the golden answer (nothing was run: success is left unset).
     """
     from ..envs.importers import import_toolalpaca
     from ..store.toolalpaca_answers import toolalpaca_answers
