@@ -14,11 +14,10 @@ any that did (must be 0).
 Run: python bench/benchmark.py [--external DIR] [--tasks 80] [--minutes 30]
      [--limit 20] [--out runs/benchmark]
 
-Size: ``--tasks`` tasks per domain, and the pipeline's ``tasks_per_tool`` off (with it, a
-collection of thousands of tools gets thousands of tasks: the pipeline's own settings made
-2,080 tasks whose four rollouts each took 2 h 5 min on a loaded 2-core machine). The
-defaults aim at about 40 minutes on 2 cores (~280 tasks, 20 minutes of SFT, 10 questions per
-category for two models); that total has not been measured end to end yet.
+Size: ``--tasks`` tasks per domain, and the pipeline's ``tasks_per_tool`` off. The defaults
+(80 tasks per domain: 1,440 tasks, 4 rollouts each) make the rows in about 2 minutes on 2
+cores; then 30 minutes of SFT and 20 questions per category of BFCL for two models, which
+took 30+ minutes more here on a machine that was also running the test suite.
 The pipeline's stages are cached in ``--out``: a rerun with the same settings only reprints.
 The last line is one JSON object: ``base`` and ``trained`` (BFCL category → accuracy, plus
 ``mean`` over simple_python, multiple, parallel, parallel_multiple, live_simple),
