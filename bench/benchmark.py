@@ -93,7 +93,6 @@ def main() -> None:
     from trajsynth.envs import EnvFactory
     from trajsynth.pipeline import run_pipeline
     from trajsynth.pipeline.spec import load_pipeline
-    from trajsynth.store import read_records
 
     overrides = [
         f"stages.tasks.with.tasks_per_domain={args.tasks}",
@@ -111,7 +110,7 @@ def main() -> None:
     report = json.loads((Path(args.out) / "bfcl.json").read_text())
     factory = EnvFactory(load_pipeline("generalist", overrides).spec.defaults.env)
     tools = sum(len(factory.toolset(d)) for d in factory.domains())
-    rows = read_records(result.output("clean"))
+    train_rows = int(stages["train"].metrics["values"]["rows"])  # views + natural
     train = stages["train"].metrics
 
     base, trained = report["base"], report["trained"]
@@ -119,7 +118,7 @@ def main() -> None:
     for cat in [*CATEGORIES, "mean"]:
         print(f"{cat:<20}{base.get(cat, 0):>8.2f}{trained.get(cat, 0):>9.2f}")
     print(
-        f"{len(factory.domains())} domains, {tools} tools; {len(rows)} training rows; "
+        f"{len(factory.domains())} domains, {tools} tools; {train_rows} training rows; "
         f"SFT {train['values'].get('steps')} steps in {train['values']['seconds'] / 60:.1f} min; "
         f"contamination {report['contamination']['count']}; run {wall / 60:.1f} min",
         flush=True,
@@ -130,7 +129,7 @@ def main() -> None:
         "irrelevance_base": base.get("irrelevance"),
         "irrelevance_trained": trained.get("irrelevance"),
         "train_minutes": round(train["values"]["seconds"] / 60, 1),
-        "train_rows": len(rows),
+        "train_rows": train_rows,
         "tools": tools,
         "contamination": report["contamination"]["count"],
         "limit": args.limit,
