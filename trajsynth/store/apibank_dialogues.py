@@ -39,6 +39,7 @@ from ..core.errors import InputNotFoundError
 from ..core.ids import stable_id
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
+from .importers import source_files
 
 __all__ = ["apibank_dialogues", "find_apis"]
 
@@ -140,12 +141,7 @@ def apibank_dialogues(
     """Rows for every dialogue in ``src`` (a ``.jsonl`` file or a folder of them; steps 2–6)
     given the APIs as OpenAI tools by name (step 1), and the count of dialogues passed over by
     reason."""
-    path = Path(src)
-    if not path.exists():
-        raise InputNotFoundError(f"{path} does not exist")
-    files = [path] if path.is_file() else sorted(path.glob("*.jsonl"))
-    if not files:
-        raise InputNotFoundError(f"{path}: no API-Bank dialogue (.jsonl) files")
+    files = source_files(src, "*.jsonl", "API-Bank dialogue (.jsonl) files")
     rows: list[Trajectory] = []
     skipped: Counter[str] = Counter()
     for file in files:

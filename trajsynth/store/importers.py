@@ -52,6 +52,18 @@ def _load_json(path: Path) -> Any:
         raise DataError(f"{path}: not JSON ({exc})") from exc
 
 
+def source_files(src: str | Path, pattern: str, what: str) -> list[Path]:
+    """``src`` itself when it is a file, else its files matching ``pattern`` (sorted); a
+    missing ``src`` or a folder without any is an InputNotFoundError."""
+    path = Path(src)
+    if not path.exists():
+        raise InputNotFoundError(f"{path} does not exist")
+    files = [path] if path.is_file() else sorted(path.glob(pattern))
+    if not files:
+        raise InputNotFoundError(f"{path}: no {what}")
+    return files
+
+
 def _tools_for(src: Path, domain: str, tools: Path | None) -> list[dict[str, Any]]:
     if tools is None:
         for candidate in (

@@ -35,24 +35,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import DataError, InputNotFoundError
+from ..core.errors import DataError
 from ..core.ids import stable_id
 from ..core.schema import Message, ToolCall, Trajectory
 from ..core.task import GoldCall, GoldTurn, GroundTruth
-from .importers import _load_json
+from .importers import _load_json, source_files
 
 __all__ = ["toolalpaca_answers", "toolalpaca_files"]
 
 
 def toolalpaca_files(src: str | Path) -> list[Path]:
     """The ToolAlpaca JSON files in ``src`` (a file, or a folder of ``*.json``)."""
-    path = Path(src)
-    if not path.exists():
-        raise InputNotFoundError(f"{path} does not exist")
-    files = [path] if path.is_file() else sorted(path.glob("*.json"))
-    if not files:
-        raise InputNotFoundError(f"{path}: no ToolAlpaca JSON files")
-    return files
+    return source_files(src, "*.json", "ToolAlpaca JSON files")
 
 
 def _input(action: Any) -> dict[str, Any] | None:
