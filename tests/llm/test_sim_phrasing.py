@@ -190,3 +190,31 @@ def test_a_value_written_differently_is_named_both_ways_in_the_thought() -> None
                                      steps=[[call]])])  # fmt: skip
     thought = _thought(gt, tools, seed=0)
     assert "June 18, 2025" in thought and 'date="2025-06-18"' in thought
+
+
+def test_every_request_says_what_it_wants_even_for_one_word_functions() -> None:
+    """BFCL's multi-turn API classes as code (as the generalist pipeline runs them): names
+    that are ordinary words ("mean", "subtract", "retweet") and docstrings that open with a
+    verb the lexicon lacks. A request says the action ("subtract the number", "compute the
+    mean"), never the empty "pull up the information"; a one-word name is a word a person
+    says, not a tool's identifier."""
+    pytest.importorskip("bfcl_eval")
+    from trajsynth.envs.code import toolset_from_targets
+    from trajsynth.llm.sim.phrasing import intent_of, intent_phrase, plain_word
+
+    root = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
+    classes = {"math_api": "MathAPI", "posting_api": "TwitterAPI", "message_api": "MessageAPI"}
+    vague, phrases = [], {}
+    for module, cls in classes.items():
+        tools = toolset_from_targets([f"{root}.{module}:{cls}"])
+        names = set(tools.names())
+        for name in names:
+            intent = intent_of(name, tools.get(name).description, names)
+            phrases[name] = intent_phrase(name, tools.get(name).description, taboo=names)
+            if intent.objects in (("information",), ("request",)) or intent.verbs() == ["handle"]:
+                vague.append(f"{name}: {phrases[name]}")
+    assert len(phrases) > 40 and vague == []
+    assert phrases["subtract"].startswith("subtract ") and "mean" in phrases["mean"]
+    assert plain_word("mean") and plain_word("Dictionary") and not plain_word("get_user_id")
+    assert names_tool("compute get_user_id now", ["get_user_id"])
+    assert not names_tool("the mean of 3 and 4", ["mean"])

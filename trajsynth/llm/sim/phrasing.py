@@ -47,6 +47,7 @@ __all__ = [
     "intent_phrase",
     "lower_first",
     "names_tool",
+    "plain_word",
     "quotes_description",
     "thought",
 ]
@@ -231,7 +232,8 @@ class Intent:
     taboo: frozenset[str] = frozenset()  # words that must not appear (tool names)
 
     def verbs(self) -> list[str]:
-        options = [v for v in _VERBS[self.verb][1] if not self._bad(v)]
+        said = _VERBS[self.verb][1] if self.verb in _VERBS else (self.verb,)
+        options = [v for v in said if not self._bad(v)]
         return options or ["handle"]
 
     def _bad(self, text: str) -> bool:
@@ -334,10 +336,14 @@ def intent_of(
     """The verb and object phrases of a tool, from its name and its description's key words;
     words in ``taboo`` (tool names) are swapped for a synonym or the phrase is left out."""
     text, source = _clean_description(description)
-    taboo = frozenset(t.lower() for t in taboo if len(t) > 2) | {name.lower()}
+    taboo = frozenset(t.lower() for t in (*taboo, name) if len(t) > 2 and not plain_word(t))
     primary, space = _name_words(name, source)
     d_verb, d_obj = _description_parts(text)
     n_verb, n_obj = _name_parts(primary, d_verb)
+    own = None if n_verb or d_verb else _own_verb(primary, text)
+    if own:  # "subtract": "Subtract one number from another."
+        n_verb, n_obj = own, primary[1:]
+        d_obj = _description_parts(text.split(None, 1)[1] if " " in text else "")[1]
     if (
         n_verb
         and d_verb
@@ -347,7 +353,7 @@ def intent_of(
     ):
         n_verb, n_obj = None, primary  # "post_count": a noun, as the description uses it
     verb = n_verb or d_verb or "get"
-    kind = _VERBS[verb][0]
+    kind = _VERBS[verb][0] if verb in _VERBS else _ACTION
     objects: list[str] = []
     if n_obj and n_obj[0] in _NAME_PREP and d_obj:  # "search_in_file": the description's
         n_obj = []
@@ -361,6 +367,22 @@ def intent_of(
     if not objects:
         objects = ["request"] if kind == _ACTION else ["information"]
     return Intent(verb, kind, tuple(objects), param_words(source).title() if source else "", taboo)
+
+
+def plain_word(name: str) -> bool:
+    """Whether a function's name is one ordinary word ("mean", "Dictionary"): in a request it
+    is that word, not the function's identifier, so a request may use it."""
+    return name.isalpha() and (name.islower() or name[1:].islower())
+
+
+def _own_verb(name: list[str], text: str) -> str | None:
+    """A verb the lexicon lacks, where the name and its description both open with it
+    ("subtract" and "Subtract one number from another"): the tool's action in its own word."""
+    first = _TOKEN.findall(text)[:1]
+    word = first[0].lower() if first else ""
+    if not name or name[0] != word or not word.isalpha() or len(word) < 3:
+        return None
+    return None if word in _STOP or word in _NAME_NOISE or word in _NOUN_SWAPS else word
 
 
 def _det(obj: str, intent: Intent, rng: random.Random, *, definite: bool = False) -> str:
@@ -917,9 +939,13 @@ def quotes_description(text: str, descriptions: list[str], n: int = QUOTE_WORDS)
 
 
 def names_tool(text: str, names: list[str]) -> bool:
-    """Whether ``text`` names one of the functions (a whole word, any letter case)."""
+    """Whether ``text`` names one of the functions (a whole word, any letter case); a name
+    that is one ordinary word (:func:`plain_word`: "mean") is that word, not a name."""
     return any(
-        len(n) > 2 and re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", text, re.I) for n in names
+        len(n) > 2
+        and not plain_word(n)
+        and re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", text, re.I)
+        for n in names
     )
 
 
