@@ -73,3 +73,65 @@ def test_keep_rows_passes_the_originals_on() -> None:
 def test_an_unknown_class_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown decision class"):
         build_stage("single_turn", {"repeat": {"irrelevant": 2}})
+
+
+def tool(name: str, description: str) -> dict:
+    params = {"type": "object", "properties": {"city": {"type": "string"}}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": params},
+    }
+
+
+def task_row(rid: str, tools: list[dict], later: list[str] = ()) -> Trajectory:
+    """A one-call row whose task calls get_weather first (and ``later`` after it)."""
+    from trajsynth.core.task import GoldCall, GoldTurn, GroundTruth
+
+    steps = [[GoldCall(name="get_weather", arguments={"city": "Oslo"})]]
+    steps += [[GoldCall(name=n, arguments={})] for n in later]
+    base = ONE.derive(id=rid, task_id=f"t-{rid}", tools=tools)
+    return base.derive(ground_truth=GroundTruth(turns=[GoldTurn(request="please", steps=steps)]))
+
+
+WEATHER = tool("get_weather", "Get the current weather for a city.")
+FORECAST = tool("get_weather_forecast", "Get the weather forecast for a city.")
+FLIGHTS = tool("search_flights", "Search flights between two airports.")
+HOTELS = tool("book_hotel", "Book a hotel room in a city.")
+
+
+def test_withhold_adds_the_request_without_its_function_answered_with_no_call() -> None:
+    rows = [task_row(f"r{i}", [WEATHER, FORECAST, FLIGHTS, HOTELS]) for i in range(40)]
+    out, counters = views({"withhold": 0.5}, rows)
+    withheld = [r for r in out if r.extra["single_turn"].get("withheld")]
+    # about half the call views, chosen by the row's id: the same ones on every run
+    assert 10 <= counters["views.withheld"] == len(withheld) <= 30
+    assert {r.id for r in views({"withhold": 0.5}, rows[::-1])[0]} == {r.id for r in out}
+    for r in withheld:
+        names = [t["function"]["name"] for t in r.tools]
+        # the called function is gone, and so is the one that could do the same
+        assert names == ["search_flights", "book_hotel"]
+        answer = r.messages[-1]
+        assert answer.role == "assistant" and not answer.tool_calls and answer.content
+        assert "weather" in answer.content and not any(n in answer.content for n in names)
+        assert r.capabilities == ["no_tool_needed"] and r.ground_truth.turns[0].kind == "no_tool"
+        assert r.messages[:-1] == ONE.messages[:2] and r.parent_ids == [r.parent_ids[0]]
+    assert len({r.messages[-1].content for r in withheld}) > 1  # not one sentence
+
+
+def test_withhold_keeps_what_the_task_needs_out_and_skips_a_view_left_with_nothing() -> None:
+    later = task_row("later", [WEATHER, FLIGHTS, HOTELS], later=["book_hotel"])
+    alone = task_row("alone", [WEATHER, FORECAST])
+    out, counters = views({"withhold": 1.0}, [later, alone])
+    withheld = [r for r in out if r.extra["single_turn"].get("withheld")]
+    assert [[t["function"]["name"] for t in r.tools] for r in withheld] == [["search_flights"]]
+    assert counters["withhold.nothing_left"] == 1 and counters["views.withheld"] == 1
+
+
+def test_a_question_where_the_task_wants_a_call_is_dropped_unless_asked_to_keep() -> None:
+    asks = task_row("asks", [WEATHER]).derive(
+        messages=[*ONE.messages[:2], Message(role="assistant", content="Which city?")]
+    )
+    out, counters = views({}, [asks, NONE])
+    assert [r.parent_ids for r in out] == [["none"]] and counters["needless"] == 1
+    kept, _ = views({"drop_needless": False}, [asks])
+    assert len(kept) == 1 and kept[0].extra["single_turn"]["class"] == "none"

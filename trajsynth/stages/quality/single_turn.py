@@ -11,32 +11,58 @@ This stage makes the first decisions cheap to train on:
 1) each row's opening (system prompt, the user's request: every message before the first
    assistant message) and that first assistant message form the view; a row without an
    assistant message is passed over (``no_assistant``);
-2) the view is classed by its decision: ``none`` (no call: an answer or a question),
+2) with ``drop_needless`` (default), a view that asks or answers where its task's first turn
+   wants calls (the teacher asked for a value it had been given, then went on) is passed
+   over (``needless``): a benchmark scores that first decision as wrong;
+3) the view is classed by its decision: ``none`` (no call: an answer or a question),
    ``one`` (one call) or ``several`` (calls in one turn);
-3) it is emitted ``repeat[class]`` times (default once each; e.g. ``{none: 3}`` to give
+4) it is emitted ``repeat[class]`` times (default once each; e.g. ``{none: 3}`` to give
    no-call decisions a larger share when the rows are mostly calls), with ids derived from
    the row's id, ``parent_ids`` naming it, and ``extra["single_turn"]`` saying the class and
    copy; step-level fields (rewards, flags, state changes) keep the first step's values;
-4) with ``keep_rows`` the original rows flow on too (after their views).
+5) with ``withhold`` p, a share p of the call views (chosen by a draw seeded with the row's
+   id) also yields a contrast view, as Hammer builds its irrelevance data (Lin et al., "Hammer:
+   Robust Function-Calling for On-Device Language Models via Function Masking", 2024): the
+   same request with every function the view calls taken out of the offered functions (with
+   those its task calls later, and any other offered function alike to a called one: name
+   and description words with Jaccard similarity ≥ 0.5), and as the answer no call, a
+   sentence saying that no offered function can do what was asked, in the request's terms
+   and never naming a function (``REFUSALS``, drawn like the rest). A view whose
+   functions would all go is passed over (``withhold.nothing_left``). The student sees the
+   same request with and without the function it needs: the one thing BFCL's irrelevance
+   categories score;
+6) with ``keep_rows`` the original rows flow on too (after their views).
 
-Metrics: ``rows``, ``views``, ``views.<class>``, ``no_assistant``.
+Metrics: ``rows``, ``views``, ``views.<class>``, ``views.withheld``, ``no_assistant``,
+``needless``, ``withhold.nothing_left``.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import Field, field_validator
 
 from ...core.batch import to_records
-from ...core.schema import Trajectory
+from ...core.schema import Message, Trajectory
+from ...core.task import GoldTurn, GroundTruth
+from ...core.text import split_words
+from ...llm.sim.phrasing import intent_phrase
 from ..context import Context
 from ..kinds import MapStage, Output, StageConfig
 from ..registry import register
 
-__all__ = ["SingleTurn", "SingleTurnConfig", "decision_class", "first_decision"]
+__all__ = [
+    "SingleTurn",
+    "SingleTurnConfig",
+    "decision_class",
+    "first_decision",
+    "needless",
+    "withheld_view",
+]
 
 Decision = Literal["none", "one", "several"]
 CLASSES: tuple[Decision, ...] = ("none", "one", "several")
@@ -47,6 +73,18 @@ class SingleTurnConfig(StageConfig):
         default_factory=dict,
         description="Copies of a view per decision class (none, one, several); a class not "
         "named is emitted once, 0 drops it.",
+    )
+    withhold: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of call views that also yield a contrast view: the called "
+        "functions taken out of the offered ones, no call as the answer (irrelevance).",
+    )
+    drop_needless: bool = Field(
+        True,
+        description="Pass over a no-call view whose task's first turn wants calls (a "
+        "question the request had already answered).",
     )
     keep_rows: bool = Field(False, description="Pass the original rows on too.")
 
@@ -80,6 +118,84 @@ def first_decision(row: Trajectory) -> Trajectory | None:
     )
 
 
+def needless(view: Trajectory) -> bool:
+    """Step 2: a no-call first decision where the task's first turn wants calls."""
+    gt = view.ground_truth
+    first = gt.turns[0] if gt is not None and gt.turns else None
+    return (
+        decision_class(view) == "none"
+        and first is not None
+        and first.kind == "tool"
+        and any(first.steps)
+    )
+
+
+#: how the assistant says that no offered function does what was asked ({what}: the intent)
+REFUSALS = (
+    "None of the functions I have can {what}, so I can't do that here.",
+    "I'm sorry, but the tools available to me don't let me {what}.",
+    "I can't {what} with the functions I was given.",
+    "There is no function here to {what}. Is there something else I can do?",
+    "Unfortunately none of my tools can {what}.",
+    "The functions offered here don't cover that: I have no way to {what}.",
+)
+
+
+def _function(tool: Any) -> dict[str, Any]:
+    fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+    return fn if isinstance(fn, dict) else {}
+
+
+def _words(tool: Any) -> set[str]:
+    fn = _function(tool)
+    return set(split_words(f"{fn.get('name', '')} {fn.get('description', '')}".lower()))
+
+
+def _alike(a: set[str], b: set[str]) -> bool:
+    return bool(a and b) and len(a & b) / len(a | b) >= 0.5
+
+
+def withheld_view(view: Trajectory, rng: random.Random) -> Trajectory | None:
+    """Step 5: ``view`` (a call view) without the functions it calls among its offered ones,
+    answered with no call; None when no offered function would be left (or a called one is
+    not offered)."""
+    called = {c.name for c in view.messages[-1].tool_calls or []}
+    tools = view.tools if isinstance(view.tools, list) else []
+    gone = [t for t in tools if _function(t).get("name") in called]
+    if not called or len(gone) < len(called):
+        return None
+    # what the task calls later goes too: a request half of which could still be done is
+    # not one that no function fits
+    needed = (
+        called | {c.name for c in view.ground_truth.flat_calls()} if view.ground_truth else called
+    )
+    gone_words = [_words(t) for t in gone]
+    left = [
+        t
+        for t in tools
+        if _function(t).get("name") not in needed
+        and not any(_alike(_words(t), w) for w in gone_words)
+    ]
+    if not left:
+        return None
+    target = _function(rng.choice(gone))
+    names = {str(_function(t).get("name", "")) for t in tools}
+    what = intent_phrase(
+        str(target.get("name", "")), str(target.get("description", "")), rng, taboo=names
+    )
+    answer = rng.choice(REFUSALS).format(what=what)
+    request = next((m.content or "" for m in reversed(view.messages) if m.role == "user"), "")
+    return view.derive(
+        tools=left,
+        messages=[*view.messages[:-1], Message(role="assistant", content=answer)],
+        capabilities=["no_tool_needed"],
+        ground_truth=GroundTruth(
+            turns=[GoldTurn(request=request, kind="no_tool", answer=answer)],
+            env_seed=view.ground_truth.env_seed if view.ground_truth else 0,
+        ),
+    )
+
+
 @register
 class SingleTurn(MapStage[SingleTurnConfig]):
     """Each row's opening and first assistant message as a row of its own."""
@@ -88,6 +204,7 @@ class SingleTurn(MapStage[SingleTurnConfig]):
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
         repeat = self.config.repeat
+        withhold = self.config.withhold
         for batch in batches:
             out: list[Trajectory] = []
             for row in to_records(batch):
@@ -95,9 +212,11 @@ class SingleTurn(MapStage[SingleTurnConfig]):
                 view = first_decision(row)
                 if view is None:
                     ctx.metrics.inc("no_assistant")
+                elif self.config.drop_needless and needless(view):  # 2)
+                    ctx.metrics.inc("needless")
                 else:
-                    kind = decision_class(view)  # 2)
-                    for copy in range(repeat.get(kind, 1)):  # 3)
+                    kind = decision_class(view)  # 3)
+                    for copy in range(repeat.get(kind, 1)):  # 4)
                         out.append(
                             view.derive(
                                 id=Trajectory.make_id(row.id, "single_turn", copy),
@@ -110,7 +229,25 @@ class SingleTurn(MapStage[SingleTurnConfig]):
                         )
                         ctx.metrics.inc("views")
                         ctx.metrics.inc(f"views.{kind}")
-                if self.config.keep_rows:  # 4)
+                    rng = random.Random(ctx.row_seed("withhold", row.id))
+                    if kind != "none" and withhold and rng.random() < withhold:  # 5)
+                        contrast = withheld_view(view, rng)
+                        if contrast is None:
+                            ctx.metrics.inc("withhold.nothing_left")
+                        else:
+                            out.append(
+                                contrast.derive(
+                                    id=Trajectory.make_id(row.id, "single_turn", "withheld"),
+                                    parent_ids=[row.id],
+                                    extra={
+                                        **(row.extra or {}),
+                                        "single_turn": {"class": "none", "withheld": kind},
+                                    },
+                                )
+                            )
+                            ctx.metrics.inc("views")
+                            ctx.metrics.inc("views.withheld")
+                if self.config.keep_rows:  # 6)
                     out.append(row)
             if out:
                 yield out
