@@ -39,6 +39,7 @@ from ...core.task import GoldCall
 __all__ = [
     "PERSONA_OPENERS",
     "QUOTE_WORDS",
+    "REFUSALS",
     "Intent",
     "call_thought",
     "compose_query",
@@ -49,6 +50,7 @@ __all__ = [
     "names_tool",
     "plain_word",
     "quotes_description",
+    "refusal",
     "thought",
 ]
 
@@ -428,6 +430,29 @@ def intent_phrase(
     verb = intent.verbs()[0] if rng is None else r.choice(intent.verbs())
     obj = intent.objects[0] if rng is None else r.choice(intent.objects)
     return f"{verb} {_det(obj, intent, r, definite=rng is None)}"
+
+
+#: how an assistant says that no offered function does what was asked ({what}: the intent)
+REFUSALS = (
+    "None of the functions I have can {what}, so I can't do that here.",
+    "I'm sorry, but the tools available to me don't let me {what}.",
+    "I can't {what} with the functions I was given.",
+    "There is no function here to {what}. Is there something else I can do?",
+    "Unfortunately none of my tools can {what}.",
+    "The functions offered here don't cover that: I have no way to {what}.",
+)
+
+
+def refusal(
+    name: str,
+    description: str,
+    rng: random.Random,
+    taboo: set[str] | frozenset[str] = frozenset(),
+) -> str:
+    """The assistant's answer to a request for what function ``name`` does when it is not
+    offered: a sentence of :data:`REFUSALS` with the intent in a user's words (never the
+    description's run of words, never a function's identifier)."""
+    return rng.choice(REFUSALS).format(what=intent_phrase(name, description, rng, taboo))
 
 
 def lower_first(text: str) -> str:

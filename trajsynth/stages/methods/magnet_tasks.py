@@ -84,6 +84,7 @@ from ...graph import (
     to_turns,
 )
 from ...graph.ops import PathCall, TurnPlan
+from ...llm.sim.phrasing import refusal
 from ..common.grounding import (
     ExecutedCall,
     FeedFeedback,
@@ -503,14 +504,16 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                     gold_step.append(GoldCall(name=c.tool, arguments=c.arguments, output=c.output))
                 gold_steps.append(gold_step)
             if plan.missing == "func":
-                verb = graph.spec(plan.detail or "").description.rstrip(". ") or "do that"
+                name = plan.detail or ""
+                rng = random.Random(ctx.row_seed("refusal", cand.domain, cand.index, name))
                 turns.append(
                     GoldTurn(
                         request=query or "",
                         kind="clarify",
                         steps=[],
-                        answer=f"Sorry, I cannot {_lower(verb)} with the tools I have. "
-                        "Is there something else I can help with?",
+                        answer=refusal(
+                            name, graph.spec(name).description, rng, set(graph.functions)
+                        ),
                         clarification="Never mind, let's skip that.",
                     )
                 )
@@ -686,7 +689,3 @@ def _query_steps(plan: Any, executed: list[ExecutedCall]) -> tuple[list[list[Gol
 
 def _render(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def _lower(text: str) -> str:
-    return text[:1].lower() + text[1:] if text[1:2].islower() else text

@@ -27,7 +27,7 @@ This stage makes the first decisions cheap to train on:
    those its task calls later, and any other offered function alike to a called one: name
    and description words with Jaccard similarity ≥ 0.5), and as the answer no call, a
    sentence saying that no offered function can do what was asked, in the request's terms
-   and never naming a function (``REFUSALS``, drawn like the rest). A view whose
+   and never naming a function (``phrasing.refusal``, drawn like the rest). A view whose
    functions would all go is passed over (``withhold.nothing_left``). The student sees the
    same request with and without the function it needs: the one thing BFCL's irrelevance
    categories score;
@@ -50,7 +50,7 @@ from ...core.batch import to_records
 from ...core.schema import Message, Trajectory
 from ...core.task import GoldTurn, GroundTruth
 from ...core.text import split_words
-from ...llm.sim.phrasing import intent_phrase
+from ...llm.sim.phrasing import refusal
 from ..context import Context
 from ..kinds import MapStage, Output, StageConfig
 from ..registry import register
@@ -130,17 +130,6 @@ def needless(view: Trajectory) -> bool:
     )
 
 
-#: how the assistant says that no offered function does what was asked ({what}: the intent)
-REFUSALS = (
-    "None of the functions I have can {what}, so I can't do that here.",
-    "I'm sorry, but the tools available to me don't let me {what}.",
-    "I can't {what} with the functions I was given.",
-    "There is no function here to {what}. Is there something else I can do?",
-    "Unfortunately none of my tools can {what}.",
-    "The functions offered here don't cover that: I have no way to {what}.",
-)
-
-
 def _function(tool: Any) -> dict[str, Any]:
     fn = tool.get("function", tool) if isinstance(tool, dict) else {}
     return fn if isinstance(fn, dict) else {}
@@ -180,10 +169,7 @@ def withheld_view(view: Trajectory, rng: random.Random) -> Trajectory | None:
         return None
     target = _function(rng.choice(gone))
     names = {str(_function(t).get("name", "")) for t in tools}
-    what = intent_phrase(
-        str(target.get("name", "")), str(target.get("description", "")), rng, taboo=names
-    )
-    answer = rng.choice(REFUSALS).format(what=what)
+    answer = refusal(str(target.get("name", "")), str(target.get("description", "")), rng, names)
     request = next((m.content or "" for m in reversed(view.messages) if m.role == "user"), "")
     return view.derive(
         tools=left,
