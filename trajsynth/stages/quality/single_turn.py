@@ -21,16 +21,16 @@ This stage makes the first decisions cheap to train on:
    the row's id, ``parent_ids`` naming it, and ``extra["single_turn"]`` saying the class and
    copy; step-level fields (rewards, flags, state changes) keep the first step's values;
 5) with ``withhold`` p, a share p of the call views (chosen by a draw seeded with the row's
-   id) also yields a contrast view, as Hammer builds its irrelevance data (Lin et al., "Hammer:
-   Robust Function-Calling for On-Device Language Models via Function Masking", 2024): the
-   same request with every function the view calls taken out of the offered functions (with
-   those its task calls later, and any other offered function alike to a called one: name
-   and description words with Jaccard similarity ≥ 0.5), and as the answer no call, a
-   sentence saying that no offered function can do what was asked, in the request's terms
-   and never naming a function (``phrasing.refusal``, drawn like the rest). A view whose
-   functions would all go is passed over (``withhold.nothing_left``). The student sees the
-   same request with and without the function it needs: the one thing BFCL's irrelevance
-   categories score;
+   id) also yields a contrast view, as Hammer builds its irrelevance data (Lin et al.,
+   "Hammer: Robust Function-Calling for On-Device Language Models via Function Masking",
+   arXiv:2410.04587): the same request with every function the view calls taken out of the
+   offered functions (with those its task calls later, and any other offered function alike
+   to a called one: name and description words with Jaccard similarity ≥ 0.5), and as the
+   answer no call, a sentence saying that no offered function can do what was asked, in the
+   request's terms and never naming a function (``phrasing.refusal``, drawn like the rest).
+   A view whose functions would all go is passed over (``withhold.nothing_left``). The
+   student sees the same request with and without the function it needs: the one thing
+   BFCL's irrelevance categories score;
 6) with ``keep_rows`` the original rows flow on too (after their views).
 
 Metrics: ``rows``, ``views``, ``views.<class>``, ``views.withheld``, ``no_assistant``,
