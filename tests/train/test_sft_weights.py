@@ -91,3 +91,26 @@ def test_the_weighted_loss_is_the_weighted_sum_of_token_losses(tiny) -> None:
     assert n == na + nb
     assert float(both) == pytest.approx(2 * float(alone_a) + float(alone_b), rel=1e-5)
     assert batch([a, b]).loss_weight == pytest.approx(2 * na + nb)
+
+
+def test_the_decision_weight_scales_each_assistant_messages_first_token_only(tiny) -> None:
+    """``decision_weight``: the first token of each assistant message (call, ask or answer)
+    carries that factor times its row's weight; every other token keeps its weight."""
+    _, tok = tiny
+    plain = tokenize_row(tok, conversation(0))
+    ex = tokenize_row(tok, conversation(0), decision_weight=5.0)
+    heavy = tokenize_row(
+        tok, conversation(0).derive(extra={"weight": 0.5}), weights=True, decision_weight=5.0
+    )
+    assert ex.input_ids == plain.input_ids and ex.mask == plain.mask
+    starts = [i for i, m in enumerate(plain.mask) if m and (i == 0 or not plain.mask[i - 1])]
+    assert len(starts) == 4  # one per assistant message
+    assert ex.weights is not None and heavy.weights is not None
+    for i, m in enumerate(plain.mask):
+        expected = 5.0 if i in starts else float(m)
+        assert ex.weights[i] == expected
+        assert heavy.weights[i] == pytest.approx(0.5 * expected)
+    # the trainer takes it from its config
+    assert SFTConfig(decision_weight=5.0).decision_weight == 5.0
+    with pytest.raises(ValueError):
+        SFTConfig(decision_weight=0)

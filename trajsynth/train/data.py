@@ -25,6 +25,12 @@ weights*, one per assistant message, are ``extra["step_weights"]`` (like the per
 weight is the product of the two (:func:`sample_weight`, :func:`step_weights`); a step of
 weight 0 is masked out like a context step. The trainer drops a row of weight 0 before it
 does anything else, so such a row changes nothing.
+
+Decision weight (``decision_weight`` ≠ 1): the first token of each assistant message is where
+the model decides between calling a tool, asking and answering (``<`` of ``<tool_call>``
+against "Sorry", "I", "Which" ...); it is one token of the tens the message holds, so its
+share of the gradient is small. Its loss weight is multiplied by ``decision_weight`` (on top
+of the sample and step weights).
 """
 
 from __future__ import annotations
@@ -148,9 +154,15 @@ def step_weights(row: Trajectory) -> list[float] | None:
 
 
 def tokenize_row(
-    tokenizer: Any, row: Trajectory, *, reasoning: bool = True, weights: bool = False
+    tokenizer: Any,
+    row: Trajectory,
+    *,
+    reasoning: bool = True,
+    weights: bool = False,
+    decision_weight: float = 1.0,
 ) -> Example:
-    """Step 1 for one row; ``weights``: the per-token loss weights too (module docstring)."""
+    """Step 1 for one row; ``weights``: the per-token loss weights too, ``decision_weight``:
+    the factor on each assistant message's first token (module docstring)."""
     enc = tokenizer.apply_chat_template(
         row_messages(row, reasoning=reasoning),
         tools=row.tools or None,
@@ -175,6 +187,12 @@ def tokenize_row(
             for step, (start, end) in enumerate(_runs(list(enc["assistant_masks"]), row)):
                 for i in range(start, end):
                     token_weights[i] = w * per_step[step] * mask[i]
+    if decision_weight != 1.0:
+        if token_weights is None:
+            w = sample_weight(row) if weights else 1.0
+            token_weights = [w * m for m in mask]
+        for start, _ in _runs(list(enc["assistant_masks"]), row):
+            token_weights[start] *= decision_weight
     return Example(list(enc["input_ids"]), mask, row.id, token_weights)
 
 
@@ -214,6 +232,7 @@ def tokenize_rows(
     max_len: int,
     reasoning: bool = True,
     weights: bool = False,
+    decision_weight: float = 1.0,
 ) -> tuple[list[Example], DataStats]:
     """Steps 1-2 for every row with at least one assistant message."""
     stats = DataStats()
@@ -223,7 +242,9 @@ def tokenize_rows(
         if not any(m.role == "assistant" for m in row.messages):
             stats.skipped_no_assistant += 1
             continue
-        ex = tokenize_row(tokenizer, row, reasoning=reasoning, weights=weights)
+        ex = tokenize_row(
+            tokenizer, row, reasoning=reasoning, weights=weights, decision_weight=decision_weight
+        )
         if len(ex) > max_len:
             stats.truncated += 1
             cut = ex.weights[:max_len] if ex.weights is not None else None

@@ -15,7 +15,8 @@ best-fit decreasing; TRL's mask comes from the same ``{% generation %}`` markers
    tool results, user turns and the system prompt carry no loss. With ``weights`` (the
    default) each assistant token carries its row's sample weight × its step's weight
    (``extra["weight"]``, else STeCa's calibration weight; ``extra["step_weights"]``); a row of
-   weight 0 is dropped before anything else, so it changes nothing;
+   weight 0 is dropped before anything else, so it changes nothing; ``decision_weight``
+   multiplies the weight of each assistant message's first token (call, ask or answer);
 3) each optimizer step takes ``grad_accum`` micro-batches; the loss is the sum of −w·log p over
    the masked-in tokens of all of them divided by their total weight (their count when every
    weight is 1), so one micro-batch of 8 and eight of 1 give the same gradient; bf16
@@ -110,6 +111,12 @@ class SFTConfig(LoRASettings):
         default=True,
         description="Weight each row's loss by its sample weight (extra.weight, else STeCa's "
         "calibration weight) and each step by extra.step_weights; a row of weight 0 is dropped.",
+    )
+    decision_weight: float = Field(
+        default=1.0,
+        gt=0,
+        description="Loss weight of each assistant message's first token, where the model "
+        "decides to call, ask or answer (1: no more than any other token).",
     )
     device: str = Field(default="auto", description="auto, cpu, cuda, cuda:1, mps.")
     precision: Literal["auto", "bf16", "fp32"] = Field(
@@ -247,7 +254,12 @@ def train_sft(
 
     # 2) tokens, masks, packing
     examples, stats = tokenize_rows(
-        tokenizer, rows, max_len=cfg.max_len, reasoning=cfg.reasoning, weights=cfg.weights
+        tokenizer,
+        rows,
+        max_len=cfg.max_len,
+        reasoning=cfg.reasoning,
+        weights=cfg.weights,
+        decision_weight=cfg.decision_weight,
     )
     if not examples:
         raise DataError(
