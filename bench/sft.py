@@ -13,7 +13,8 @@ step, tokenization excluded on both sides) of :func:`trajsynth.train.sft.train_s
 
 each time with the same trajectories (gold trajectories of varied built-in example tasks), the
 same settings (assistant-only loss from the same chat template, packing into rows of the
-max length, batch size, steps, learning rate, fp32 on the CPU or bf16 on a GPU); and the share
+max length, batch size, steps, learning rate, bf16 autocast on a GPU or a CPU with AMX, else
+fp32: ``precision: auto``); and the share
 of non-padding tokens in what our packer feeds the model. The two trainers alternate for
 ``--repeat`` rounds and each keeps its best round, so load from other processes on a shared
 machine does not decide the ratio. Targets: ratio >= 1.0 on both models, packed fill >= 0.95.
@@ -95,6 +96,8 @@ def run_trl(rows: list, s: Setting, out: Path) -> dict:
     data = Dataset.from_list(
         [{"messages": row_messages(r), "tools": json.dumps(r.tools)} for r in rows]
     )
+    from trajsynth.train.modeling import cpu_has_bf16_matmul
+
     cuda = torch.cuda.is_available()
     cfg = SFTConfig(
         output_dir=str(out),
@@ -114,7 +117,7 @@ def run_trl(rows: list, s: Setting, out: Path) -> dict:
         save_strategy="no",
         report_to=[],
         use_cpu=not cuda,
-        bf16=cuda,
+        bf16=cuda or cpu_has_bf16_matmul(),  # what precision: auto gives ours
         dataloader_num_workers=0,
         seed=0,
         disable_tqdm=True,

@@ -661,9 +661,10 @@ def _eval_client(
         from ..llm.base import RoleConfig
         from ..llm.client import LLMClient
         from ..llm.local import LocalBackend
-        from ..train.modeling import resolve_device
+        from ..train.modeling import eval_autocast, resolve_device
 
-        local = {"device": resolve_device(device), "batch_size": batch_size}
+        where = resolve_device(device)
+        local = {"device": where, "batch_size": batch_size, "autocast": eval_autocast(where)}
         backend = LocalBackend(RoleConfig(backend="local", model=str(folder), local=local))
         return LLMClient("student", backend.config, backend, None)
     from ..llm.client import client_for_role

@@ -314,8 +314,6 @@ def train_grpo(
         StepScorer.check(cfg.prm.path)
     device = resolve_device(cfg.device)
     precision = resolve_dtype(cfg.precision, device)
-    if precision == "bf16" and device == "cpu":
-        raise ConfigError("bf16 autocast is for GPUs; use --precision fp32 on the CPU")
     data_fp = stable_hash([t.id for t in tasks])
     state = checkpoint.load_state(out, cfg.identity(), data_fp, resume=cfg.resume)
     start = out / checkpoint.CHECKPOINT if state is not None else Path(cfg.model)

@@ -20,7 +20,7 @@ best-fit decreasing; TRL's mask comes from the same ``{% generation %}`` markers
 3) each optimizer step takes ``grad_accum`` micro-batches; the loss is the sum of −w·log p over
    the masked-in tokens of all of them divided by their total weight (their count when every
    weight is 1), so one micro-batch of 8 and eight of 1 give the same gradient; bf16
-   autocast on CUDA, fp32 on CPU;
+   autocast on CUDA and on a CPU with AMX, fp32 elsewhere (``precision``);
 4) clip the gradient norm, AdamW step, learning rate with linear warmup then cosine decay to
    ``min_lr_ratio`` × lr (with a time budget, ``max_minutes``, the decay follows whichever of
    steps or time is further along, and training stops when the time is up);
@@ -120,7 +120,9 @@ class SFTConfig(LoRASettings):
     )
     device: str = Field(default="auto", description="auto, cpu, cuda, cuda:1, mps.")
     precision: Literal["auto", "bf16", "fp32"] = Field(
-        default="auto", description="auto: bf16 autocast on CUDA, fp32 elsewhere."
+        default="auto",
+        description="auto: bf16 autocast on CUDA and on a CPU with AMX bf16 units, fp32 "
+        "elsewhere (weights stay fp32).",
     )
     seed: int = Field(default=0, description="Seeds data order and the tiny model's weights.")
     save_every: int = Field(
@@ -229,8 +231,6 @@ def train_sft(
     out = Path(out)
     device = resolve_device(cfg.device)
     precision = resolve_dtype(cfg.precision, device)
-    if precision == "bf16" and device == "cpu":
-        raise ConfigError("bf16 autocast is for GPUs; use --precision fp32 on the CPU")
     if not rows:
         raise DataError("no trajectories to train on")
     if cfg.weights:  # a row of weight 0 changes nothing, not even the tiny tokenizer

@@ -176,8 +176,13 @@ class EvalBfcl(GlobalStage[EvalBfclConfig]):
         from ...llm.client import LLMClient
         from ...llm.local import LocalBackend
         from ...llm.models import resolve_model
-        from ...train.modeling import resolve_device
+        from ...train.modeling import eval_autocast, resolve_device
 
-        local = {"device": resolve_device(cfg.device), "batch_size": cfg.batch_size}
+        device = resolve_device(cfg.device)
+        local = {
+            "device": device,
+            "batch_size": cfg.batch_size,
+            "autocast": eval_autocast(device),
+        }
         role = RoleConfig(backend="local", model=resolve_model(model), local=local)
         return LLMClient("student", role, LocalBackend(role), None)
