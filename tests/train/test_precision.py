@@ -1,5 +1,6 @@
-"""``precision: auto``: bf16 autocast on CUDA and on a CPU with AMX, fp32 elsewhere; bf16 on a
-CPU trains (weights stay fp32) and a checkpoint is evaluated the way it trains.
+"""``precision: auto``: bf16 autocast on CUDA and on a CPU with AMX (fp32 there for the tiny
+model trained from scratch), fp32 elsewhere; bf16 on a CPU trains (weights stay fp32) and a
+checkpoint is evaluated the way it trains.
 
 Run: python -m pytest tests/train/test_precision.py -q
 """
@@ -25,6 +26,9 @@ def test_auto_follows_the_hardware(monkeypatch: pytest.MonkeyPatch, amx: bool) -
     assert modeling.eval_autocast("cpu") == ("bf16" if amx else "none")
     assert modeling.resolve_dtype("auto", "cuda:1") == "bf16"
     assert modeling.resolve_dtype("auto", "mps") == "fp32"
+    # the tiny student trained from scratch learns worse in bf16 and is no faster on a CPU
+    assert modeling.resolve_dtype("auto", "cpu", from_scratch=True) == "fp32"
+    assert modeling.resolve_dtype("auto", "cuda", from_scratch=True) == "bf16"
     # an explicit choice is kept whatever the hardware
     assert modeling.resolve_dtype("fp32", "cuda") == "fp32"
     assert modeling.resolve_dtype("bf16", "cpu") == "bf16"
