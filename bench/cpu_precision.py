@@ -2,8 +2,9 @@
 
 ``resolve_dtype("auto", "cpu")`` picks bf16 autocast when the CPU multiplies bf16 matrices in
 hardware (Intel AMX tiles; :func:`trajsynth.train.modeling.cpu_has_bf16_matmul`), fp32
-otherwise, and fp32 for the tiny student trained from scratch, which learns worse in bf16. This measures both on SmolLM2-135M-Instruct (``trajsynth models pull
-smollm2-135m``), the same work each time:
+otherwise, and fp32 for the tiny student trained from scratch, which learns worse in bf16.
+This measures both on SmolLM2-135M-Instruct (``trajsynth models pull smollm2-135m``), the
+same work each time:
 
 1) training: full fine-tuning with :func:`trajsynth.train.sft.train_sft`, ``--steps`` steps of
    one packed row of ``--max-len`` tokens from the same trajectories (gold trajectories of
