@@ -18,7 +18,7 @@ Size: ``--tasks`` tasks per domain, and the pipeline's ``tasks_per_tool`` off. T
 (80 tasks per domain: 1,440 tasks, 4 rollouts each) make the rows in about 2 minutes on 2
 cores; then 30 minutes of SFT and 20 questions per category of BFCL for two models: 44
 minutes in all on a quiet 2-core machine with AMX bf16 units (bf16 autocast; in fp32, as on a
-CPU without them, the BFCL part is about 1.5x slower and the SFT makes half the steps).
+CPU without them, the BFCL part is 1.2-1.5x slower and the SFT makes half the steps).
 The pipeline's stages are cached in ``--out``: a rerun with the same settings only reprints.
 The last line is one JSON object: ``base`` and ``trained`` (BFCL category → accuracy, plus
 ``mean`` over simple_python, multiple, parallel, parallel_multiple, live_simple),

@@ -85,7 +85,7 @@ def resolve_dtype(precision: Precision, device: str, *, from_scratch: bool = Fal
 
 def eval_autocast(device: str) -> str:
     """The local backend's ``autocast`` for evaluating a checkpoint on ``device``: ``bf16``
-    where training would use it (:func:`resolve_dtype`), which generates about 1.5x faster on
+    where training would use it (:func:`resolve_dtype`), which generates 1.2-1.5x faster on
     a CPU with AMX; base and trained model of one run are scored alike."""
     return "bf16" if resolve_dtype("auto", device) == "bf16" else "none"
 
