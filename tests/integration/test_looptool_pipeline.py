@@ -247,7 +247,13 @@ def test_looptool_pipeline_against_served_simulator(tmp_path: Path) -> None:
             }
             assert {"query_writer", "teacher"} <= http, http
             roles = ("query_writer", "teacher", "judge", "expander")
-            sent = sum(c.get(f"llm.{r}.http_requests", 0) for c in counters for r in roles)
-            assert sent <= seen["chat_requests"]
+
+            def total(what: str) -> int:
+                return sum(c.get(f"llm.{r}.{what}", 0) for c in counters for r in roles)
+
+            # a hedged duplicate or a timed-out attempt may be cancelled before the server
+            # reads it (a loaded machine hedges), so only the rest must have arrived
+            sure = total("http_requests") - total("hedges") - total("timeouts")
+            assert 0 < sure <= seen["chat_requests"], (sure, seen["chat_requests"])
     finally:
         reset_clients()
