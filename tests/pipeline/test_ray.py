@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from trajsynth.core import sockets
 from trajsynth.pipeline import run_pipeline
 from trajsynth.pipeline.spec import resolve_pipeline
 from trajsynth.store import read_table
@@ -33,6 +34,7 @@ def test_ray_executor_matches_local(tmp_path: Path) -> None:
         include_dashboard=False,
         log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}},
+        _temp_dir=sockets.ray_temp_dir(),  # None: Ray's default fits its socket paths
     )
     try:
         local = run_pipeline(resolve_pipeline(PIPE), out=tmp_path / "local")

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from trajsynth.core import to_batch
+from trajsynth.core import sockets, to_batch
 from trajsynth.pipeline import run_pipeline
 from trajsynth.pipeline.executors import LocalExecutor
 from trajsynth.pipeline.spec import resolve_pipeline
@@ -214,6 +214,7 @@ def test_ray_gives_the_same_rows(tmp_path: Path) -> None:
         include_dashboard=False,
         log_to_driver=False,
         runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}},
+        _temp_dir=sockets.ray_temp_dir(),  # None: Ray's default fits its socket paths
     )
     try:
         run_pipeline(resolve_pipeline(PIPE), out=tmp_path / "local")

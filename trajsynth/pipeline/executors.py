@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -34,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..core import sockets
 from ..core.location import as_path
 from ..stages import Context, ContextSpec, Stage, build_stage
 from ..store.shards import (
@@ -229,7 +231,13 @@ class LocalExecutor(Executor):
 
     def _process_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+            # the forkserver listens on a Unix socket in the temporary folder: under a deep
+            # one its path is too long for the system, and spawn (pipes only) starts workers
+            method = "spawn"
+            if "forkserver" in mp.get_all_start_methods() and sockets.fits(
+                tempfile.gettempdir(), sockets.FORKSERVER_SOCKET_ROOM
+            ):
+                method = "forkserver"
             mp_ctx = mp.get_context(method)
             if method == "forkserver":
                 mp_ctx.set_forkserver_preload(["trajsynth.pipeline.executors"])
@@ -327,6 +335,9 @@ class RayExecutor(Executor):
         address = address or os.environ.get("TRAJSYNTH_RAY_ADDRESS") or None
         if not ray.is_initialized():
             kwargs = {"include_dashboard": False, "log_to_driver": False, **(init_kwargs or {})}
+            temp_dir = None if address else sockets.ray_temp_dir()
+            if temp_dir is not None:  # Ray's default folder is too deep for its sockets
+                kwargs.setdefault("_temp_dir", temp_dir)
             ray.init(address=address, ignore_reinit_error=True, **kwargs)
         self._cpu = ray.remote(num_cpus=num_cpus)(run_map_unit)
         self._io = ray.remote(num_cpus=0)(run_map_unit)
