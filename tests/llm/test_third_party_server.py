@@ -46,18 +46,24 @@ def _serve_command() -> list[str]:
 @pytest.mark.slow
 def test_transformers_serve_as_the_teacher(smollm2: Path, tmp_path: Path) -> None:
     pytest.importorskip("fastapi", reason="transformers serve needs fastapi (the dev extra)")
+    from trajsynth.core import sockets
     from trajsynth.llm.client import reset_clients
     from trajsynth.pipeline import run_pipeline
     from trajsynth.pipeline.spec import load_pipeline
     from trajsynth.store import read_records
 
     port = _free_port()
+    # transformers serve hands tensors between its processes through Unix sockets in the
+    # temporary folder: under a deep one (a long pytest path) every request hangs on
+    # "AF_UNIX path too long", so it gets a short folder (its limitation, not ours)
+    short = sockets.socket_root(sockets.FORKSERVER_SOCKET_ROOM)
+    short_tmp = {"TMPDIR": short} if short else {}
     log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen(
         [*_serve_command(), str(smollm2), "--host", "127.0.0.1", "--port", str(port),
          "--device", "cpu", "--default-seed", "0"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **short_tmp},
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 600
