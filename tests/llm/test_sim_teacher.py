@@ -560,3 +560,30 @@ def test_spurious_arguments_for_a_parameter_typed_by_a_list_of_json_types() -> N
     assert list(args) == ["n"] and isinstance(args["n"], str)
     typed = ToolInfo(name="g", properties={"n": {"type": "integer"}}, required=["n"])
     assert default_args(typed, random.Random(0)) == {"n": 7}
+
+
+def test_a_request_no_function_fits_is_declined_not_questioned() -> None:
+    """A Magnet irrelevance turn (``clarify`` with no steps, a declining gold answer): the
+    teacher declines as the answer does. It used to ask "Could you give me the missing detail
+    I need for this?", and a student trained on those rows asked that of answerable requests."""
+    decline = "None of the functions I have can locate airports, so I can't do that here."
+    gt = GroundTruth(
+        turns=[
+            GoldTurn(
+                request="I'm trying to find the airports for Boston.",
+                kind="clarify",
+                steps=[],
+                answer=decline,
+                clarification="Never mind, let's skip that.",
+            )
+        ]
+    )
+    for seed in range(5):
+        req = ChatRequest(
+            messages=to_openai_messages([{"role": "user", "content": gt.turns[0].request}]),
+            tools=TOOLS,
+            seed=seed,
+            metadata={"role": "teacher", "ground_truth": gt.model_dump(mode="json")},
+        )
+        out = PERFECT.answer(req).choices[0]
+        assert out.tool_calls == [] and out.content == decline

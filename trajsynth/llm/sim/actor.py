@@ -186,6 +186,12 @@ class _Actor:
         rr = self.rng("clarify", t)
         if rr.random() >= self.profile.skip_clarification:
             if self.st.steps_done == 0 and not self.st.asked:
+                if not any(g.steps) and g.answer and not _is_question(g.answer):
+                    # nothing to call (no function fits the request): decline as the gold
+                    # answer does, never ask for a detail that would not help
+                    self.think_of("no_tool", t)
+                    self.out.content = self._no_question(g.answer)
+                    return self.out
                 param = self._clarified_param(g)
                 self.think_of("ask", t)
                 q = g.answer if _is_question(g.answer) else None
