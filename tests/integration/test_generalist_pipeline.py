@@ -97,6 +97,16 @@ def test_runs_end_to_end_small(imported: Path, tmp_path: Path) -> None:
     views = read_records(result.output("views"))
     natural = read_records(result.output("natural"))
     assert views and all(v.messages[-1].role == "assistant" for v in views)
+    # a request no offered function fits is declined in one turn, and that row reaches the
+    # training views (the filter's "too easy" rule dropped them; the teacher used to ask)
+    declines = [
+        v
+        for v in views
+        if "no_tool_needed" in v.capabilities
+        and "withheld" not in v.extra.get("single_turn", {})
+        and not v.messages[-1].tool_calls
+    ]
+    assert declines and not any(v.messages[-1].content.endswith("?") for v in declines)
     assert {r.method for r in natural} == {"import:api-bank", "import:toolalpaca"}
     assert len(natural) == len(read_records(imported / "apibank")) + len(
         read_records(imported / "toolalpaca")
