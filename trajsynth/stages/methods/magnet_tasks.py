@@ -167,7 +167,9 @@ class MagnetTasksConfig(StageConfig):
         ge=0,
         le=1,
         description="Probability a task is one request that no offered tool can do (its "
-        "function is withheld): the right answer is a reply, no call (BFCL's irrelevance).",
+        "function is withheld): the right answer is a reply, no call (BFCL's irrelevance). "
+        "That reply is one turn: `filter` keeps it with `min_turns: 1` (its default of 2 "
+        "drops one-turn successes as too easy).",
     )
     block: int = Field(
         32,
