@@ -49,7 +49,7 @@ def test_socket_folders_fall_back_to_a_short_one(deep_tmpdir: Path) -> None:
     ray_dir = sockets.ray_temp_dir()
     assert ray_dir is not None and ray_dir.endswith("/ray")
     assert sockets.fits(ray_dir, sockets.RAY_SOCKET_ROOM)
-    # a short folder is kept as it is, and a folder the user chose for Ray is Ray's
+    # a folder short enough is kept as it is
     assert sockets.socket_root(8, "/tmp") == "/tmp"
 
 

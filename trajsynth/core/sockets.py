@@ -15,7 +15,7 @@ process pool and the Ray executor stopped before the first unit.
    when its default would not fit; ``None`` when the default fits or the user chose one
    (``RAY_TMPDIR``).
 
-Python 3.14's multiprocessing makes the same fallback for its own forkserver folder.
+Python 3.14's multiprocessing makes the same fallback for its own folder (CPython gh-132124).
 """
 
 from __future__ import annotations
@@ -59,8 +59,5 @@ def ray_temp_dir() -> str | None:
         return None
     base = os.environ.get("TMPDIR") if sys.platform.startswith("linux") else None
     base = base or ("/tmp" if sys.platform in ("darwin", "linux") else tempfile.gettempdir())
-    room = len("/ray") + RAY_SOCKET_ROOM
-    if fits(base, room):
-        return None
-    short = socket_root(room, base)
-    return None if short is None else os.path.join(short, "ray")
+    short = socket_root(len("/ray") + RAY_SOCKET_ROOM, base)
+    return None if short in (None, base) else os.path.join(short, "ray")
