@@ -587,3 +587,27 @@ def test_a_request_no_function_fits_is_declined_not_questioned() -> None:
         )
         out = PERFECT.answer(req).choices[0]
         assert out.tool_calls == [] and out.content == decline
+
+
+def test_skipping_a_decline_calls_an_offered_function_never_claims_the_task_done() -> None:
+    """A teacher that misses that no function fits (``skip_clarification``) calls one of the
+    offered functions — a decision single_turn and the verifiers can see is wrong. It used to
+    answer "I have handled your request.", which passed verify (no call, state unchanged), and
+    the student answered BFCL questions with it."""
+    decline = "None of the functions I have can locate airports, so I can't do that here."
+    gt = GroundTruth(
+        turns=[GoldTurn(request="Find the airports for Boston.", kind="clarify", answer=decline)]
+    )
+    profile = SkillProfile.perfect().model_copy(update={"skip_clarification": 1.0})
+    skips = SimBackend(SimConfig(profile=profile), role="teacher")
+    names = {t["function"]["name"] for t in TOOLS}
+    for seed in range(5):
+        req = ChatRequest(
+            messages=to_openai_messages([{"role": "user", "content": gt.turns[0].request}]),
+            tools=TOOLS,
+            seed=seed,
+            metadata={"role": "teacher", "ground_truth": gt.model_dump(mode="json")},
+        )
+        out = skips.answer(req).choices[0]
+        assert len(out.tool_calls) == 1 and out.tool_calls[0]["name"] in names
+        assert "handled" not in (out.content or "")

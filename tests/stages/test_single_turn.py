@@ -135,3 +135,29 @@ def test_a_question_where_the_task_wants_a_call_is_dropped_unless_asked_to_keep(
     assert [r.parent_ids for r in out] == [["none"]] and counters["needless"] == 1
     kept, _ = views({"drop_needless": False}, [asks])
     assert len(kept) == 1 and kept[0].extra["single_turn"]["class"] == "none"
+
+
+def test_a_call_where_the_task_wants_none_is_dropped_unless_asked_to_keep() -> None:
+    """The teacher called a function where no offered one fits (a declining ``clarify`` turn)
+    or where a required value was missing (a ``clarify`` turn with steps): a verify that
+    checks the final state passes a read-only call, and BFCL scores that decision wrong."""
+    from trajsynth.core.task import GoldCall, GoldTurn, GroundTruth
+
+    declines = GoldTurn(request="please", kind="clarify", answer="No tool can do that.")
+    asks = GoldTurn(
+        request="please",
+        kind="clarify",
+        steps=[[GoldCall(name="get_weather", arguments={"city": "Oslo"})]],
+        clarification="Oslo.",
+    )
+    chat = GoldTurn(request="please", kind="no_tool", answer="Hello!")
+    rows = [
+        ONE.derive(id=f"r{i}", task_id=f"t{i}", ground_truth=GroundTruth(turns=[g]))
+        for i, g in enumerate([declines, asks, chat])
+    ]
+    wanted = task_row("wanted", [WEATHER])
+    out, counters = views({}, [*rows, wanted])
+    assert [r.parent_ids for r in out] == [["wanted"]] and counters["spurious"] == 3
+    assert "needless" not in counters
+    kept, _ = views({"drop_needless": False}, rows)
+    assert len(kept) == 3

@@ -168,18 +168,22 @@ class _Actor:
         rr = self.rng("spurious", t)
         spurious = rr.random() < self.profile.spurious_call and self.tools.names
         if spurious and self.st.steps_done == 0:
-            name = rr.choice(self.tools.names)
-            info = self.tools.get(name)
-            assert info is not None
-            self.out.calls = [(name, _args_text(default_args(info, rr)))]
-            self.out.uncertain = True
-            self.out.trace.append(f"spurious_call@t{t}")
-            self.think_of("spurious", t, tool=name)
-            return self.out
+            return self.spurious_call(t, rr, "spurious_call")
         self.think_of("no_tool", t)
         self.out.content = self._no_question(
             g.answer or "Happy to help with that: " + _gist(g.request)
         )
+        return self.out
+
+    def spurious_call(self, t: int, rr: random.Random, error: str) -> SimOutput:
+        """A call to one of the offered functions on a turn that wants none (``error``)."""
+        name = rr.choice(self.tools.names)
+        info = self.tools.get(name)
+        assert info is not None
+        self.out.calls = [(name, _args_text(default_args(info, rr)))]
+        self.out.uncertain = True
+        self.out.trace.append(f"{error}@t{t}")
+        self.think_of("spurious", t, tool=name)
         return self.out
 
     def clarify_turn(self, t: int, g: GoldTurn) -> SimOutput:
@@ -202,6 +206,10 @@ class _Actor:
                 )
                 return self.out
             return self.tool_turn(t, g, allow_clarification=False)
+        if not any(g.steps) and self.tools.names and self.st.steps_done == 0:
+            # nothing to guess (no function fits the request): missing that, a model calls
+            # one of the offered functions anyway — never claims a task it did not do
+            return self.spurious_call(t, rr, "skip_clarification")
         # skip_clarification: guess the missing value and act
         self.out.trace.append(f"skip_clarification@t{t}")
         param = self._clarified_param(g)

@@ -119,7 +119,8 @@ class SkillProfile(StrictModel):
     Per tool turn, independently of the structural draw: ``needless_clarification`` (asks a
     question before acting; after the user's answer it acts, with the same plan).
     Per no-tool turn ``spurious_call`` (calls a tool anyway); per clarify turn
-    ``skip_clarification`` (guesses the missing value instead of asking).
+    ``skip_clarification`` (guesses the missing value instead of asking; where no offered
+    function fits the request, calls one anyway).
 
     The default succeeds on roughly 30–60% of typical multi-call tasks and is clearly weak at
     dependent calls, optional parameters, clarification and no-tool turns, so LoopTool's

@@ -11,9 +11,12 @@ This stage makes the first decisions cheap to train on:
 1) each row's opening (system prompt, the user's request: every message before the first
    assistant message) and that first assistant message form the view; a row without an
    assistant message is passed over (``no_assistant``);
-2) with ``drop_needless`` (default), a view that asks or answers where its task's first turn
-   wants calls (the teacher asked for a value it had been given, then went on) is passed
-   over (``needless``): a benchmark scores that first decision as wrong;
+2) with ``drop_needless`` (default), a view whose decision is of the wrong kind for its
+   task's first turn is passed over: one that asks or answers where that turn wants calls
+   (the teacher asked for a value it had been given, then went on: ``needless``), or one
+   that calls where that turn wants no call (no function fits, or a required value is
+   missing: ``spurious``). A benchmark scores either first decision as wrong, and a verify
+   that checks the final state passes a read-only call made where none was wanted;
 3) the view is classed by its decision: ``none`` (no call: an answer or a question),
    ``one`` (one call) or ``several`` (calls in one turn);
 4) it is emitted ``repeat[class]`` times (default once each; e.g. ``{none: 3}`` to give
@@ -34,7 +37,7 @@ This stage makes the first decisions cheap to train on:
 6) with ``keep_rows`` the original rows flow on too (after their views).
 
 Metrics: ``rows``, ``views``, ``views.<class>``, ``views.withheld``, ``no_assistant``,
-``needless``, ``withhold.nothing_left``.
+``needless``, ``spurious``, ``withhold.nothing_left``.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ __all__ = [
     "decision_class",
     "first_decision",
     "needless",
+    "spurious",
     "withheld_view",
 ]
 
@@ -83,8 +87,9 @@ class SingleTurnConfig(StageConfig):
     )
     drop_needless: bool = Field(
         True,
-        description="Pass over a no-call view whose task's first turn wants calls (a "
-        "question the request had already answered).",
+        description="Pass over a view whose decision is of the wrong kind for its task's "
+        "first turn: no call where calls are wanted (a question the request had already "
+        "answered), or a call where no call is (no function fits, or a value is missing).",
     )
     keep_rows: bool = Field(False, description="Pass the original rows on too.")
 
@@ -128,6 +133,14 @@ def needless(view: Trajectory) -> bool:
         and first.kind == "tool"
         and any(first.steps)
     )
+
+
+def spurious(view: Trajectory) -> bool:
+    """Step 2: a call first decision where the task's first turn wants no call (it declines,
+    answers without tools, or asks for a missing value)."""
+    gt = view.ground_truth
+    first = gt.turns[0] if gt is not None and gt.turns else None
+    return decision_class(view) != "none" and first is not None and first.kind != "tool"
 
 
 def _function(tool: Any) -> dict[str, Any]:
@@ -200,6 +213,8 @@ class SingleTurn(MapStage[SingleTurnConfig]):
                     ctx.metrics.inc("no_assistant")
                 elif self.config.drop_needless and needless(view):  # 2)
                     ctx.metrics.inc("needless")
+                elif self.config.drop_needless and spurious(view):
+                    ctx.metrics.inc("spurious")
                 else:
                     kind = decision_class(view)  # 3)
                     for copy in range(repeat.get(kind, 1)):  # 4)
