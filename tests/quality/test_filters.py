@@ -142,3 +142,25 @@ def test_filter_stage_outputs_and_metrics() -> None:
     assert counters["dropped.unsuccessful"] == 3
     assert counters["dropped.invalid_calls"] == 4 and counters["failing.low_quality"] == 2
     assert ctx.metrics.snapshot()["values"]["thresholds"]["min_quality"] == 0.7
+
+
+def test_too_easy_keeps_a_one_turn_decline_or_question_its_task_asks_for() -> None:
+    """A task no offered function fits (or that lacks a required value) is answered in one
+    turn with no call: that is the lesson (BFCL's irrelevance categories), not an easy row.
+    A chat turn answered in one turn is still too easy."""
+    from trajsynth.core.task import GoldTurn, GroundTruth
+
+    def gold(kind: str, answer: str) -> GroundTruth:
+        return GroundTruth(turns=[GoldTurn(request="Weather in Oslo?", kind=kind, answer=answer)])
+
+    rows = [
+        scored(
+            "decline",
+            steps=[("say", "No tool here gives weather.")],
+            ground_truth=gold("clarify", "No tool here gives weather."),
+        ),
+        scored("chat", steps=[("say", "Hello!")], ground_truth=gold("no_tool", "Hello!")),
+        scored("no-gold", steps=[("say", "Cloudy.")]),
+    ]
+    out = apply_filter(to_batch(rows), FilterRules())
+    assert kept(out, rows) == ["decline"] and out.dropped["too_easy"] == 2

@@ -78,7 +78,7 @@ def filter_cmd(
     thresholds = {
         "invalid_calls": "format error",
         "incoherent": f"coherence < {settings['min_coherence']}",
-        "too_easy": f"success, turns < {settings['min_turns']}",
+        "too_easy": f"success, turns < {settings['min_turns']}, no clarify turn",
         "inefficient": f"success, calls > {settings['max_calls']}",
         "low_quality": f"quality < {settings['min_quality']}",
         "unsuccessful": "success is not true",

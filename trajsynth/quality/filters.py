@@ -9,7 +9,10 @@ dropped row to one rule (its *first* failing rule):
 2) ``incoherent``: ``reward_components["coherence"] < min_coherence`` (0.5; see
    :func:`trajsynth.quality.scores.coherence`: ungrounded arguments, failing calls repeated
    unchanged, an answer that ignores what the tools returned);
-3) ``too_easy``: a success in fewer than ``min_turns`` (2) assistant turns;
+3) ``too_easy``: a success in fewer than ``min_turns`` (2) assistant turns, unless its
+   task wants no call on some turn — a ``clarify`` turn, where the right first answer is a
+   question for a missing value or a decline because no offered function fits (BFCL's
+   irrelevance categories): one turn is all such a task takes, so it is not too easy;
 4) ``inefficient``: a success with more than ``max_calls`` (8) tool calls;
 5) ``low_quality``: ``quality_score < min_quality`` (0.7; the reference's simple pipeline
    example uses 0.6);
@@ -52,7 +55,11 @@ class FilterRules(StrictModel):
 
     invalid_calls: bool = Field(True, description="Drop rows with an invalid call.")
     incoherent: bool = Field(True, description="Drop rows whose coherence is below min_coherence.")
-    too_easy: bool = Field(True, description="Drop successes in fewer than min_turns turns.")
+    too_easy: bool = Field(
+        True,
+        description="Drop successes in fewer than min_turns turns, except tasks that ask "
+        "for a question or a decline (a clarify turn in the ground truth).",
+    )
     inefficient: bool = Field(True, description="Drop successes with more than max_calls calls.")
     low_quality: bool = Field(True, description="Drop rows whose quality is below min_quality.")
     unsuccessful: bool = Field(
@@ -96,6 +103,25 @@ def _floats(col: pa.Array | pa.ChunkedArray | None, n: int) -> np.ndarray:
     if col is None:
         return np.full(n, np.nan)
     return pc.fill_null(col.cast(pa.float64()), np.nan).to_numpy(zero_copy_only=False)
+
+
+def _wants_no_call(table: pa.Table | pa.RecordBatch, idx: np.ndarray, n: int) -> np.ndarray:
+    """Rows (among ``idx``) whose ground truth has a ``clarify`` turn: a question or a decline
+    is the answer there, and a one-turn success is the whole task (rule 3)."""
+    out = np.zeros(n, dtype=bool)
+    col = _column(table, "ground_truth")
+    if col is None or not len(idx):
+        return out
+    for i, text in zip(idx, col.take(pa.array(idx)).to_pylist(), strict=True):
+        try:
+            gt = json.loads(text) if isinstance(text, str) else text
+        except ValueError:
+            continue
+        turns = gt.get("turns") if isinstance(gt, dict) else None
+        out[i] = isinstance(turns, list) and any(
+            isinstance(t, dict) and t.get("kind") == "clarify" for t in turns
+        )
+    return out
 
 
 def rule_failures(
@@ -147,7 +173,8 @@ def rule_failures(
     if rules.incoherent:
         out["incoherent"] = coherence < rules.min_coherence
     if rules.too_easy:
-        out["too_easy"] = success & (turns < rules.min_turns)
+        short = success & (turns < rules.min_turns)
+        out["too_easy"] = short & ~_wants_no_call(table, np.flatnonzero(short), n)
     if rules.inefficient:
         out["inefficient"] = success & (calls > rules.max_calls)
     if rules.low_quality:

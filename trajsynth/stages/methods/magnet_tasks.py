@@ -168,8 +168,8 @@ class MagnetTasksConfig(StageConfig):
         le=1,
         description="Probability a task is one request that no offered tool can do (its "
         "function is withheld): the right answer is a reply, no call (BFCL's irrelevance). "
-        "That reply is one turn: `filter` keeps it with `min_turns: 1` (its default of 2 "
-        "drops one-turn successes as too easy).",
+        "That reply is one turn, which `filter`'s too_easy rule spares: the task's turn is "
+        "a clarify turn.",
     )
     block: int = Field(
         32,
