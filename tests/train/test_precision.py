@@ -50,6 +50,7 @@ def test_bf16_on_the_cpu_trains_fp32_weights_to_nearly_the_fp32_loss(tmp_path: P
         cfg.tiny.vocab_size, cfg.tiny.hidden_size, cfg.tiny.intermediate_size = 400, 32, 64
         result = train_sft(rows, tmp_path / precision, cfg)
         assert result.precision == precision and result.steps == 4
+        assert modeling.trained_precision(tmp_path / precision) == precision  # its record
         assert result.final_loss is not None and result.final_loss < result.first_loss
         losses[precision] = result.final_loss
     from safetensors.torch import load_file
@@ -57,3 +58,32 @@ def test_bf16_on_the_cpu_trains_fp32_weights_to_nearly_the_fp32_loss(tmp_path: P
     weights = load_file(str(tmp_path / "bf16" / "model.safetensors"))
     assert {t.dtype for t in weights.values()} == {torch.float32}
     assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.05)
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_eval_follows_the_precision_the_checkpoint_trained_in(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, amx: bool
+) -> None:
+    """A checkpoint that trained in fp32 (the tiny student on a CPU) is scored in fp32 even on
+    an AMX CPU, where bf16 rounding would cost it accuracy; one that trained in bf16, or a
+    model with no trajsynth record, is scored the way the hardware trains."""
+    import json
+
+    monkeypatch.setattr(modeling, "cpu_has_bf16_matmul", lambda: amx)
+    auto = "bf16" if amx else "none"
+    for name, record, want in [
+        ("sft32", ("trajsynth_sft.json", "fp32"), "none"),
+        ("sft16", ("trajsynth_sft.json", "bf16"), auto),
+        ("grpo32", ("trajsynth_grpo.json", "fp32"), "none"),
+        ("plain", None, auto),
+        ("garbled", ("trajsynth_sft.json", None), auto),
+    ]:
+        folder = tmp_path / name
+        folder.mkdir()
+        if record is not None:
+            file, precision = record
+            text = json.dumps({"result": {"precision": precision}}) if precision else "{oops"
+            (folder / file).write_text(text)
+        trained = modeling.trained_precision(folder)
+        assert trained == (record[1] if record else None), name
+        assert modeling.eval_autocast("cpu", trained) == want, name

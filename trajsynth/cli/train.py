@@ -661,10 +661,11 @@ def _eval_client(
         from ..llm.base import RoleConfig
         from ..llm.client import LLMClient
         from ..llm.local import LocalBackend
-        from ..train.modeling import eval_autocast, resolve_device
+        from ..train.modeling import eval_autocast, resolve_device, trained_precision
 
         where = resolve_device(device)
-        local = {"device": where, "batch_size": batch_size, "autocast": eval_autocast(where)}
+        autocast = eval_autocast(where, trained_precision(folder))
+        local = {"device": where, "batch_size": batch_size, "autocast": autocast}
         backend = LocalBackend(RoleConfig(backend="local", model=str(folder), local=local))
         return LLMClient("student", backend.config, backend, None)
     from ..llm.client import client_for_role

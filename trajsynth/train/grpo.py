@@ -172,6 +172,7 @@ class GRPOResult(BaseModel):
     history: list[dict[str, float]] = Field(description="Metrics of every iteration.")
     seconds: float
     resumed_from: int = 0
+    precision: str = Field("fp32", description="What the forward passes ran in: fp32 or bf16.")
 
 
 # --------------------------------------------------------------------------------------
@@ -490,6 +491,7 @@ def train_grpo(
         history=history,
         seconds=time.perf_counter() - t_start,
         resumed_from=first,
+        precision=precision,
     )
     (out / STATE_FILE).write_text(
         json.dumps({"config": cfg.model_dump(mode="json"), "result": result.model_dump()}, indent=2)

@@ -2,7 +2,8 @@
 per-token log-probabilities computed only where they are needed.
 
 - device ``auto``: CUDA, else Apple MPS, else CPU; precision ``auto``: bf16 autocast on CUDA
-  (weights and optimizer state stay fp32), fp32 elsewhere;
+  and on a CPU with AMX (weights and optimizer state stay fp32), fp32 elsewhere; evaluation
+  follows the precision a checkpoint trained in (:func:`eval_autocast`);
 - :func:`load_student` opens a model by name or folder (:mod:`trajsynth.llm.models`) and makes
   sure its chat template has ``{% generation %}`` markers: a ChatML model whose template
   cannot show tools gets the tool-call template of :mod:`trajsynth.llm.chat_template`, known
@@ -19,6 +20,7 @@ per-token log-probabilities computed only where they are needed.
 from __future__ import annotations
 
 import contextlib
+import json
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -30,10 +32,12 @@ from ..core.errors import ConfigError
 
 __all__ = [
     "autocast",
+    "eval_autocast",
     "load_student",
     "resolve_device",
     "resolve_dtype",
     "selected_logprobs",
+    "trained_precision",
     "with_lora",
 ]
 
@@ -83,10 +87,34 @@ def resolve_dtype(precision: Precision, device: str, *, from_scratch: bool = Fal
     return "fp32"
 
 
-def eval_autocast(device: str) -> str:
+#: the files SFT and GRPO write next to a checkpoint, with the precision they trained in
+_TRAINING_RECORDS = ("trajsynth_grpo.json", "trajsynth_sft.json")
+
+
+def trained_precision(model: str | Path) -> str | None:
+    """The precision (``fp32`` or ``bf16``) a trajsynth checkpoint folder trained in, from the
+    record SFT or GRPO wrote there (the last stage's first); None for any other model."""
+    folder = Path(model)
+    for name in _TRAINING_RECORDS:
+        try:
+            record = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        result = record.get("result") if isinstance(record, dict) else None
+        value = result.get("precision") if isinstance(result, dict) else None
+        if value in ("fp32", "bf16"):
+            return str(value)
+    return None
+
+
+def eval_autocast(device: str, trained: str | None = None) -> str:
     """The local backend's ``autocast`` for evaluating a checkpoint on ``device``: ``bf16``
     where training would use it (:func:`resolve_dtype`), which generates 1.2-1.5x faster on
-    a CPU with AMX; base and trained model of one run are scored alike."""
+    a CPU with AMX — unless the checkpoint ``trained`` in fp32 (:func:`trained_precision`;
+    the tiny from-scratch student does on a CPU, and bf16 rounding costs it accuracy): then
+    fp32. Base and trained model of one run are scored alike (pass the trained one's)."""
+    if trained == "fp32":
+        return "none"
     return "bf16" if resolve_dtype("auto", device) == "bf16" else "none"
 
 

@@ -152,9 +152,14 @@ class EvalBfcl(GlobalStage[EvalBfclConfig]):
         )
         out: dict[str, Any] = {"limit": cfg.limit, "contamination": found}
         scored: dict[str, dict[str, float]] = {}
+        from ...train.modeling import trained_precision
+
+        # base and trained alike, in the precision the trained checkpoint trained in
+        trained = trained_precision(models["trained"]) if "trained" in models else None
         for label, model in models.items():
             if model not in scored:
-                report = evaluate_bfcl(self._client(model, cfg), bench, model=model)
+                client = self._client(model, cfg, trained)
+                report = evaluate_bfcl(client, bench, model=model)
                 scored[model] = report.accuracies()
                 ctx.metrics.set(f"seconds.{label}", report.seconds)
             out[label] = scored[model]
@@ -170,7 +175,7 @@ class EvalBfcl(GlobalStage[EvalBfclConfig]):
         yield from ()
 
     @staticmethod
-    def _client(model: str, cfg: EvalBfclConfig) -> Any:
+    def _client(model: str, cfg: EvalBfclConfig, trained: str | None) -> Any:
         """A local backend on ``model`` (a name is prepared once, like ``--model``)."""
         from ...llm.base import RoleConfig
         from ...llm.client import LLMClient
@@ -182,7 +187,7 @@ class EvalBfcl(GlobalStage[EvalBfclConfig]):
         local = {
             "device": device,
             "batch_size": cfg.batch_size,
-            "autocast": eval_autocast(device),
+            "autocast": eval_autocast(device, trained),
         }
         role = RoleConfig(backend="local", model=resolve_model(model), local=local)
         return LLMClient("student", role, LocalBackend(role), None)
