@@ -23,7 +23,8 @@ The pipeline's stages are cached in ``--out``: a rerun with the same settings on
 The last line is one JSON object: ``base`` and ``trained`` (BFCL category → accuracy, plus
 ``mean`` over simple_python, multiple, parallel, parallel_multiple, live_simple),
 ``irrelevance_base``, ``irrelevance_trained``, ``train_minutes``, ``train_rows``, ``tools``,
-``contamination``, and the run's wall time and load.
+``contamination``, ``trained_intervals`` (each trained figure's 95% bootstrap interval: at
+20 questions a category, about ±0.2), and the run's wall time and load.
 """
 
 from __future__ import annotations
@@ -115,9 +116,12 @@ def main() -> None:
     train = stages["train"].metrics
 
     base, trained = report["base"], report["trained"]
-    print(f"{'BFCL category':<20}{'base':>8}{'trained':>9}")
+    bounds = report.get("intervals", {}).get("trained", {})
+    print(f"{'BFCL category':<20}{'base':>8}{'trained':>9}  95% interval")
     for cat in [*CATEGORIES, "mean"]:
-        print(f"{cat:<20}{base.get(cat, 0):>8.2f}{trained.get(cat, 0):>9.2f}")
+        low, high = bounds.get(cat) or (None, None)
+        span = f"  {low:.2f}-{high:.2f}" if low is not None and high is not None else ""
+        print(f"{cat:<20}{base.get(cat, 0):>8.2f}{trained.get(cat, 0):>9.2f}{span}")
     print(
         f"{len(factory.domains())} domains, {tools} tools; {train_rows} training rows; "
         f"SFT {train['values'].get('steps')} steps in {train['values']['seconds'] / 60:.1f} min; "
@@ -129,6 +133,7 @@ def main() -> None:
         "trained": trained,
         "irrelevance_base": base.get("irrelevance"),
         "irrelevance_trained": trained.get("irrelevance"),
+        "trained_intervals": bounds,
         "train_minutes": round(train["values"]["seconds"] / 60, 1),
         "train_rows": train_rows,
         "tools": tools,

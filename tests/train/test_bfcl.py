@@ -68,6 +68,7 @@ def test_oracle_scores_every_category_fully(bfcl_dir: Path) -> None:
         assert score.total == 12, cat
         assert score.accuracy == 1.0, (cat, score.errors)
     assert report.mean == 1.0 and set(MEAN_OVER) <= set(report.categories)
+    assert report.mean_interval == (1.0, 1.0) and report.intervals()["irrelevance"] == (1.0, 1.0)
 
 
 def test_prose_scores_zero_on_calls_and_full_on_irrelevance(bfcl_dir: Path) -> None:
@@ -102,6 +103,8 @@ def test_a_wrong_value_or_unparseable_call_is_wrong(bfcl_dir: Path) -> None:
     )
     score = report.categories["simple_python"]
     assert (score.correct, score.total) == (2, 4)
+    low, high = score.interval  # 2 of 4: the bootstrap's 95% interval spans 0 to 1
+    assert low == 0.0 and high == 1.0
     wrong = {a["id"]: a for a in report.answers if not a["correct"]}
     assert set(wrong) == {entries[0].id, entries[1].id}
     assert sum(score.errors.values()) == 2
@@ -170,3 +173,16 @@ def test_report_json_shape(bfcl_dir: Path) -> None:
     assert data["benchmark"] == "bfcl" and data["limit"] == 2 and data["mean"] == 1.0
     assert "answers" not in data
     assert report.accuracies() == {**{c: 1.0 for c in CATS}, "mean": 1.0}
+
+
+def test_the_mean_interval_resamples_within_each_category() -> None:
+    from trajsynth.train.bfcl import stratified_mean_interval
+
+    # five categories of 20, 7 right in each: a mean of 0.35, about ±0.09 with 100 questions
+    groups = [[True] * 7 + [False] * 13 for _ in range(5)]
+    low, high = stratified_mean_interval(groups)
+    assert 0.24 <= low < 0.35 < high <= 0.46
+    assert stratified_mean_interval(groups) == (low, high)  # seeded
+    assert stratified_mean_interval([[True], [False, True]]) == (None, None)
+    # one category all right, one all wrong: no spread within either, so none in the mean
+    assert stratified_mean_interval([[True] * 20, [False] * 20]) == (0.5, 0.5)

@@ -737,15 +737,33 @@ def print_bfcl_report(report: Any) -> None:
     t = Table(title=f"BFCL: {report.model} ({report.seconds:.0f}s{per})", title_justify="left")
     t.add_column("category")
     t.add_column("accuracy", justify="right")
+    t.add_column("95% interval", justify="right")
     t.add_column("correct", justify="right")
     t.add_column("main errors")
     for cat, score in report.categories.items():
         errs = ", ".join(f"{k} {v}" for k, v in list(score.errors.items())[:3])
-        t.add_row(cat, f"{score.accuracy:.1%}", f"{score.correct}/{score.total}", errs)
+        t.add_row(
+            cat,
+            f"{score.accuracy:.1%}",
+            _interval(score.interval),
+            f"{score.correct}/{score.total}",
+            errs,
+        )
     if report.mean is not None:
-        t.add_row("[bold]mean[/] (5 AST categories)", f"[bold]{report.mean:.1%}[/]", "", "")
+        t.add_row(
+            "[bold]mean[/] (5 AST categories)",
+            f"[bold]{report.mean:.1%}[/]",
+            _interval(report.mean_interval),
+            "",
+            "",
+        )
     console.print(t)
     sys.stdout.flush()
+
+
+def _interval(bounds: Any) -> str:
+    low, high = bounds
+    return "" if low is None or high is None else f"{low:.0%}-{high:.0%}"
 
 
 def _print_report(name: str, report: Any) -> None:

@@ -25,8 +25,10 @@ dependencies; nothing is downloaded at run time), or from any folder laid out li
    no parseable call, a request that failed, or an entry whose functions could not be
    converted is wrong, never skipped; each wrong answer is counted by its reason
    (``wrong_value``, ``no_call``, ``format_error`` ...);
-5) the report: accuracy per category with its count, the mean over :data:`MEAN_OVER`
-   (when all of them were run), and each answer when asked.
+5) the report: accuracy per category with its count and 95% bootstrap interval, the mean
+   over :data:`MEAN_OVER` (when all of them were run) with its interval (questions resampled
+   within each category), and each answer when asked. At 20 questions a category one
+   question is 0.05 and the interval is about ±0.2 wide: read small differences with it.
 
 :func:`single_turn_index` lists the names of every single-turn function and the text of every
 single-turn question, so that a training set can be checked for contamination
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from ..core.errors import ConfigError, InputNotFoundError
@@ -59,6 +62,7 @@ from ..envs.importers.bfcl import (
 )
 from ..envs.verifiers import bfcl_check
 from ..llm.base import FatalEndpointError
+from ..quality.intervals import mean_interval
 
 __all__ = [
     "CATEGORIES",
@@ -166,6 +170,9 @@ class CategoryScore(BaseModel):
     accuracy: float
     correct: int
     total: int
+    interval: tuple[float | None, float | None] = Field(
+        default=(None, None), description="95% bootstrap interval of the accuracy."
+    )
     errors: dict[str, int] = Field(
         default_factory=dict, description="Wrong answers by reason (wrong_value, no_call ...)."
     )
@@ -181,6 +188,10 @@ class BfclReport(BaseModel):
     mean: float | None = Field(
         default=None, description="Mean accuracy over MEAN_OVER (None unless all were run)."
     )
+    mean_interval: tuple[float | None, float | None] = Field(
+        default=(None, None),
+        description="95% bootstrap interval of the mean (questions resampled per category).",
+    )
     seconds: float = 0.0
     data_dir: str = ""
     answers: list[dict[str, Any]] = Field(default_factory=list, exclude=True)
@@ -190,6 +201,13 @@ class BfclReport(BaseModel):
         out = {c: s.accuracy for c, s in self.categories.items()}
         if self.mean is not None:
             out["mean"] = self.mean
+        return out
+
+    def intervals(self) -> dict[str, tuple[float | None, float | None]]:
+        """category → 95% interval of its accuracy, plus ``mean`` when known."""
+        out = {c: s.interval for c, s in self.categories.items()}
+        if self.mean is not None:
+            out["mean"] = self.mean_interval
         return out
 
 
@@ -307,14 +325,34 @@ def evaluate_bfcl(
             accuracy=round(sum(marks) / len(marks), 4) if marks else 0.0,
             correct=sum(marks),
             total=len(marks),
+            interval=mean_interval(marks)[1],
             errors=dict(reasons[cat].most_common()),
         )
     if all(c in report.categories for c in MEAN_OVER):
         report.mean = round(
             sum(report.categories[c].accuracy for c in MEAN_OVER) / len(MEAN_OVER), 4
         )
+        report.mean_interval = stratified_mean_interval([tallies[c] for c in MEAN_OVER])
     report.seconds = round(time.perf_counter() - started, 1)
     return report
+
+
+def stratified_mean_interval(
+    groups: list[list[bool]], *, resamples: int = 10_000, seed: int = 0
+) -> tuple[float | None, float | None]:
+    """The 95% percentile-bootstrap interval of the mean of the groups' accuracies, each
+    group's answers resampled within it (the categories keep their sizes, as the benchmark
+    does); (None, None) when a group has fewer than two answers."""
+    if not groups or any(len(g) < 2 for g in groups):
+        return (None, None)
+    rng = np.random.default_rng(seed)
+    means = np.zeros(resamples)
+    for g in groups:
+        x = np.asarray(g, dtype=np.float64)
+        means += x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    means /= len(groups)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return round(float(low), 4), round(float(high), 4)
 
 
 def _arun(coro: Any) -> Any:

@@ -17,9 +17,10 @@ them; this stage is the check on whatever rows reach training, from any source.
    ``needs:``, each scored on BFCL (:mod:`trajsynth.train.bfcl`: the categories asked, ``limit``
    entries of each);
 3) ``bfcl.json`` in the stage's artifacts (and the run folder): ``{"base": {category:
-   accuracy, "mean"}, "trained": {...}, "<stage id>": {...}, "contamination": {...},
-   "limit": N}``, ``trained`` being the last needed checkpoint; the figures also go to the
-   stage's metrics and the log as a table.
+   accuracy, "mean"}, "trained": {...}, "<stage id>": {...}, "intervals": {label: {category:
+   [low, high]}}, "contamination": {...}, "limit": N}``, ``trained`` being the last needed
+   checkpoint, ``intervals`` the 95% bootstrap interval of each figure; the figures also go
+   to the stage's metrics and the log as a table.
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ class EvalBfcl(GlobalStage[EvalBfclConfig]):
         )
         out: dict[str, Any] = {"limit": cfg.limit, "contamination": found}
         scored: dict[str, dict[str, float]] = {}
+        bounds: dict[str, dict[str, Any]] = {}
         from ...train.modeling import trained_precision
 
         # base and trained alike, in the precision the trained checkpoint trained in
@@ -161,8 +163,10 @@ class EvalBfcl(GlobalStage[EvalBfclConfig]):
                 client = self._client(model, cfg, trained)
                 report = evaluate_bfcl(client, bench, model=model)
                 scored[model] = report.accuracies()
+                bounds[model] = report.intervals()
                 ctx.metrics.set(f"seconds.{label}", report.seconds)
             out[label] = scored[model]
+            out.setdefault("intervals", {})[label] = bounds[model]
             for cat, acc in scored[model].items():
                 ctx.metrics.set(f"{label}.{cat}", acc)
         ctx.metrics.set("contamination", found["count"])
