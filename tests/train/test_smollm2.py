@@ -50,7 +50,8 @@ def test_train_sft_lora_by_name(
     code, stdout, err = run_cli(
         capsys, "train-sft", str(tmp_path / "data"), "--out", str(out),
         "--model", "smollm2-135m", "--lora-r", "4", "--max-steps", "1", "--batch-size", "1",
-        "--max-len", "512", "--set", "reasoning=false", "--json",
+        "--max-len", "512", "--set", "reasoning=false", "--set", "tool_format=described",
+        "--json",
     )  # fmt: skip
     assert code == 0, err
     result = json.loads(stdout.strip().splitlines()[-1])
@@ -66,6 +67,10 @@ def test_train_sft_lora_by_name(
     model = AutoModelForCausalLM.from_pretrained(str(out))
     assert model.config.num_hidden_layers == 30
     assert "<tool_call>" in (out / "chat_template.jinja").read_text()
+    # the tools were shown with their parameters' descriptions, and the checkpoint keeps that
+    from trajsynth.llm.chat_template import template_format
+
+    assert template_format((out / "chat_template.jinja").read_text()) == "described"
 
 
 @pytest.mark.slow

@@ -165,3 +165,49 @@ def test_hf_messages_keep_raw_arguments_that_are_not_json() -> None:
         [{"role": "assistant", "tool_calls": [{"id": "a", "name": "f", "arguments": "{oops"}]}]
     )
     assert msgs[0]["tool_calls"][0]["function"]["arguments"] == "{oops"
+
+
+def test_the_described_format_adds_each_parameter_description(tiny_dir: Path) -> None:
+    """``described``: the signature line, then what each described parameter means (its
+    format, unit or default), which a benchmark's answers depend on; a model whose template
+    is not trajsynth's keeps its own."""
+    from transformers import AutoTokenizer
+
+    from trajsynth.core.errors import ConfigError
+    from trajsynth.llm.chat_template import chat_template, template_format
+    from trajsynth.train.modeling import use_tool_format
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)  # its own: the module's is shared
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "weather",
+                "description": "Current weather.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "location": {
+                            "type": "string",
+                            "description": "City, State, e.g. 'Lima, LI'.",
+                        },
+                        "unit": {"type": "string", "enum": ["c", "f"]},
+                    },
+                    "required": ["location"],
+                },
+            },
+        }
+    ]
+    use_tool_format(tok, "described", "tiny")
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tools=tools, tokenize=False
+    )
+    assert (
+        "weather(location: string, unit?: string[c|f]) - Current weather.\n"
+        "  location: City, State, e.g. 'Lima, LI'.\n</tools>"
+    ) in prompt
+    assert template_format(tok.chat_template) == "described"
+    assert template_format(chat_template("json")) == "json"
+    tok.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    with pytest.raises(ConfigError, match="template of its own"):
+        use_tool_format(tok, "described", "someone/model")

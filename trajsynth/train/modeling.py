@@ -38,6 +38,7 @@ __all__ = [
     "resolve_dtype",
     "selected_logprobs",
     "trained_precision",
+    "use_tool_format",
     "with_lora",
 ]
 
@@ -177,6 +178,22 @@ def load_student(path: str | Path, device: str = "cpu") -> tuple[Any, Any]:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device)  # type: ignore[arg-type]  # transformers types .to's first argument as a model
     return model, tokenizer
+
+
+def use_tool_format(tokenizer: Any, tool_format: str, model: str | Path) -> None:
+    """Give ``tokenizer`` trajsynth's chat template in ``tool_format``
+    (:func:`~trajsynth.llm.chat_template.chat_template`); only a model already on that
+    template (a prepared SmolLM2, a checkpoint trained from one) may change how it shows
+    tools: a model with a template of its own keeps the prompts it was trained on."""
+    from ..llm.chat_template import chat_template, template_format
+
+    if template_format(getattr(tokenizer, "chat_template", None)) is None:
+        raise ConfigError(
+            f"tool_format {tool_format!r} needs a model on trajsynth's chat template; "
+            f"{model} brings a template of its own",
+            hint="leave tool_format at model",
+        )
+    tokenizer.chat_template = chat_template(tool_format)  # type: ignore[arg-type]
 
 
 class LoRASettings(StrictModel):

@@ -55,6 +55,7 @@ from .modeling import (
     resolve_device,
     resolve_dtype,
     selected_logprobs,
+    use_tool_format,
     with_lora,
 )
 from .progress import NullProgress, Progress
@@ -74,6 +75,15 @@ class SFTConfig(LoRASettings):
         "to a transformers model folder.",
     )
     tiny: TinyConfig = Field(default_factory=TinyConfig, description="Size of the tiny model.")
+    tool_format: Literal["model", "signature", "described", "json"] = Field(
+        default="model",
+        description="How the student's prompt shows tools. model: as its chat template does "
+        "(tiny: tiny.tool_format). signature: one line per tool, name(param: type, "
+        "optional?: type) - description; described: that line and one per parameter that "
+        "has a description (format, unit, default: ~25% longer prompts); json: each tool's "
+        "JSON schema (~80% longer). Only for a model on trajsynth's template (tiny, a "
+        "prepared SmolLM2); the checkpoint keeps it, so eval and serve prompt alike.",
+    )
     epochs: float = Field(default=3.0, gt=0, description="Passes over the data.")
     max_steps: int | None = Field(
         default=None, ge=1, description="Stop after this many optimizer steps (overrides epochs)."
@@ -244,10 +254,15 @@ def train_sft(
     if resume is not None:
         model, tokenizer = load_student(out / checkpoint.CHECKPOINT, device)
     elif cfg.model == "tiny":
-        model, tokenizer = new_student(rows, cfg.tiny.model_copy(update={"seed": cfg.seed}))
+        tiny = cfg.tiny.model_copy(update={"seed": cfg.seed})
+        if cfg.tool_format != "model":
+            tiny.tool_format = cfg.tool_format
+        model, tokenizer = new_student(rows, tiny)
         model.to(device)
     else:
         model, tokenizer = load_student(cfg.model, device)
+        if cfg.tool_format != "model":
+            use_tool_format(tokenizer, cfg.tool_format, cfg.model)
     torch.manual_seed(cfg.seed)
     if cfg.lora_r:
         model = _with_lora(model, cfg)

@@ -64,10 +64,11 @@ class TinyConfig(StrictModel):
     intermediate_size: int = Field(default=384, ge=16, description="MLP width (SwiGLU).")
     max_position_embeddings: int = Field(default=2048, ge=64, description="Longest sequence.")
     rope_theta: float = Field(default=10000.0, gt=0, description="RoPE base.")
-    tool_format: Literal["signature", "json"] = Field(
+    tool_format: Literal["signature", "described", "json"] = Field(
         default="signature",
         description="How the chat template writes tools: one compact signature line per tool "
-        "(short prompts for a CPU-sized model) or Qwen's full JSON schema per tool.",
+        "(short prompts for a CPU-sized model), that line and one per described parameter, "
+        "or Qwen's full JSON schema per tool.",
     )
     seed: int = Field(default=0, description="Seed of the weight initialisation.")
 
