@@ -233,9 +233,11 @@ def _secret_pipeline(base_url: str, key_yaml: str | None, key_env: str | None) -
         role["api_key"] = key_yaml
     if key_env:
         role["api_key_env"] = key_env
+    # what is checked is where the key goes, not the teacher: its one rollout may fail
+    # verification (a teacher error) without the run failing
     return {
         "name": "secrets",
-        "defaults": {"seed": 0, "llm": {"*": role}},
+        "defaults": {"seed": 0, "llm": {"*": role}, "allow_unverified": True},
         "stages": [
             {"id": "tasks", "uses": "magnet_tasks",
              "with": {"tasks_per_domain": 1, "domains": ["math"],

@@ -651,3 +651,24 @@ def test_report_adds_the_bfcl_figures_of_a_needed_eval_bfcl_stage(tmp_path: Path
     run("looptool_report", {"plots": False}, rows, Context(spec))
     report = json.loads((tmp_path / "report.json").read_text())
     assert "bfcl" not in report and report["sections"] == []
+
+
+def test_the_bfcl_section_reads_eval_bfcl_files_with_and_without_intervals() -> None:
+    """eval_bfcl's bfcl.json gained each figure's 95% interval (``intervals``, a dict per
+    model): the report shows them beside the accuracies, and a file without them still reads."""
+    from trajsynth.stages.looptool.report import bfcl_section
+
+    scores = {"simple_python": 0.5, "irrelevance": 0.8}
+    data = {
+        "limit": 10,
+        "contamination": {"count": 0, "rows": 0},
+        "base": {"simple_python": 0.0, "irrelevance": 1.0},
+        "train": scores,
+        "trained": scores,
+        "intervals": {"train": {"simple_python": [0.2, 0.8], "irrelevance": [0.5, 1.0]}},
+    }
+    lines = bfcl_section(data)["lines"]
+    assert "| train | 0.50 [0.20, 0.80] | 0.80 [0.50, 1.00] |" in lines
+    assert "| base | 0.00 | 1.00 |" in lines and not any("intervals" in x for x in lines)
+    del data["intervals"]
+    assert "| train | 0.50 | 0.80 |" in bfcl_section(data)["lines"]

@@ -378,6 +378,13 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _span(bounds: Any) -> str:
+    """`` [low, high]`` of a 95% interval, or nothing when there is none."""
+    if not isinstance(bounds, list | tuple) or len(bounds) != 2 or None in bounds:
+        return ""
+    return f" [{bounds[0]:.2f}, {bounds[1]:.2f}]"
+
+
 def _markdown(report: dict[str, Any]) -> str:
     its = report["iterations"]
     static = report.get("static_baseline")
@@ -498,14 +505,15 @@ def _markdown(report: dict[str, Any]) -> str:
 
 
 #: keys of ``bfcl.json`` that are not a model's scores
-_BFCL_META = ("limit", "contamination", "trained")
+_BFCL_META = ("limit", "contamination", "trained", "intervals")
 
 
 def bfcl_section(data: dict[str, Any], stage_id: str = "bfcl") -> dict[str, Any]:
     """Step 8's section for an ``eval_bfcl`` stage's ``bfcl.json``: one row per model it
     scored (``base``, then each checkpoint by its training stage's id; ``trained`` is the
-    last of them, so not repeated), a column per category and the ``mean``, how many
-    questions each category had, and the training rows' contamination."""
+    last of them, so not repeated), a column per category and the ``mean``, each with its
+    95% interval where the file has it, how many questions each category had, and the
+    training rows' contamination."""
     models = {k: v for k, v in data.items() if k not in _BFCL_META and isinstance(v, dict)}
     if not models and isinstance(data.get("trained"), dict):
         models = {"trained": data["trained"]}
@@ -528,8 +536,10 @@ def bfcl_section(data: dict[str, Any], stage_id: str = "bfcl") -> dict[str, Any]
         "| model | " + " | ".join(columns) + " |",
         "|---|" + "---|" * len(columns),
     ]
+    intervals = data.get("intervals") if isinstance(data.get("intervals"), dict) else {}
     for name, scores in models.items():
-        cells = [_pct(scores.get(c)) for c in columns]
+        bounds = intervals.get(name) if isinstance(intervals.get(name), dict) else {}
+        cells = [_pct(scores.get(c)) + _span(bounds.get(c)) for c in columns]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     found = data.get("contamination")
     if isinstance(found, dict):
