@@ -562,6 +562,16 @@ def test_spurious_arguments_for_a_parameter_typed_by_a_list_of_json_types() -> N
     assert default_args(typed, random.Random(0)) == {"n": 7}
 
 
+def _opening(gt: GroundTruth, seed: int) -> ChatRequest:
+    """The teacher's request for the first turn of ``gt``: the user's opening, TOOLS."""
+    return ChatRequest(
+        messages=to_openai_messages([{"role": "user", "content": gt.turns[0].request}]),
+        tools=TOOLS,
+        seed=seed,
+        metadata={"role": "teacher", "ground_truth": gt.model_dump(mode="json")},
+    )
+
+
 def test_a_request_no_function_fits_is_declined_not_questioned() -> None:
     """A Magnet irrelevance turn (``clarify`` with no steps, a declining gold answer): the
     teacher declines as the answer does. It used to ask "Could you give me the missing detail
@@ -579,12 +589,7 @@ def test_a_request_no_function_fits_is_declined_not_questioned() -> None:
         ]
     )
     for seed in range(5):
-        req = ChatRequest(
-            messages=to_openai_messages([{"role": "user", "content": gt.turns[0].request}]),
-            tools=TOOLS,
-            seed=seed,
-            metadata={"role": "teacher", "ground_truth": gt.model_dump(mode="json")},
-        )
+        req = _opening(gt, seed)
         out = PERFECT.answer(req).choices[0]
         assert out.tool_calls == [] and out.content == decline
 
@@ -602,12 +607,7 @@ def test_skipping_a_decline_calls_an_offered_function_never_claims_the_task_done
     skips = SimBackend(SimConfig(profile=profile), role="teacher")
     names = {t["function"]["name"] for t in TOOLS}
     for seed in range(5):
-        req = ChatRequest(
-            messages=to_openai_messages([{"role": "user", "content": gt.turns[0].request}]),
-            tools=TOOLS,
-            seed=seed,
-            metadata={"role": "teacher", "ground_truth": gt.model_dump(mode="json")},
-        )
+        req = _opening(gt, seed)
         out = skips.answer(req).choices[0]
         assert len(out.tool_calls) == 1 and out.tool_calls[0]["name"] in names
         assert "handled" not in (out.content or "")
