@@ -42,6 +42,7 @@ from pydantic import Field
 
 from ..core.config import StrictModel
 from ..core.schema import CONTEXT_FLAG
+from ..core.task import GroundTruth
 from .columns import map_value
 from .scores import completeness_columns, score_conversation
 
@@ -113,14 +114,11 @@ def _wants_no_call(table: pa.Table | pa.RecordBatch, idx: np.ndarray, n: int) ->
     if col is None or not len(idx):
         return out
     for i, text in zip(idx, col.take(pa.array(idx)).to_pylist(), strict=True):
-        try:
-            gt = json.loads(text) if isinstance(text, str) else text
-        except ValueError:
+        try:  # the schema's own parser (cached per text, as the rows of a task share it)
+            gt = GroundTruth.from_text(text) if isinstance(text, str) else None
+        except ValueError:  # not JSON, or not a ground truth: nothing says it wants no call
             continue
-        turns = gt.get("turns") if isinstance(gt, dict) else None
-        out[i] = isinstance(turns, list) and any(
-            isinstance(t, dict) and t.get("kind") == "clarify" for t in turns
-        )
+        out[i] = gt is not None and any(t.kind == "clarify" for t in gt.turns)
     return out
 
 

@@ -44,6 +44,7 @@ from ...train.bfcl import (
     row_contamination,
     single_turn_index,
 )
+from ...train.modeling import trained_precision
 from ..context import Context
 from ..kinds import Emit, GlobalStage, MapStage, Output, StageConfig
 from ..registry import register
@@ -154,8 +155,6 @@ class EvalBfcl(GlobalStage[EvalBfclConfig]):
         out: dict[str, Any] = {"limit": cfg.limit, "contamination": found}
         scored: dict[str, dict[str, float]] = {}
         bounds: dict[str, dict[str, Any]] = {}
-        from ...train.modeling import trained_precision
-
         # base and trained alike, in the precision the trained checkpoint trained in
         trained = trained_precision(models["trained"]) if "trained" in models else None
         for label, model in models.items():
