@@ -22,7 +22,9 @@ from trajsynth.graph import (
     GraphConfig,
     OperationError,
     PathCall,
+    TurnPlan,
     build_graph,
+    bundle,
     connect,
     fan_out,
     insert,
@@ -177,6 +179,52 @@ def test_fan_out_repeats_a_free_leaf_call_in_its_turn(tiny) -> None:
         )
     )
     assert any("not a replica" in p for p in problems(tiny, bad))
+
+
+def test_bundle_adds_an_independent_request_beside_the_turns_first_call(tiny) -> None:
+    single = to_turns([PathCall(0, "get_distance")])
+    out = bundle(tiny, single, random.Random(0), p=1.0)
+    first, rest = out.turns[0].calls[0], out.turns[0].calls[1:]
+    assert first.independent and not first.bindings and first.tool != "get_distance"
+    assert [c.tool for c in rest] == ["get_distance"]
+    assert len(out.turns[0].steps()) == 1  # one step calls both functions
+    assert problems(tiny, out) == [] and FSP.from_json(out.to_json()) == out
+    assert out.log[-1] == "bundle:1"
+    # a replica of the independent call keeps the path legal
+    fanned = fan_out(out, random.Random(0), p=1.0)
+    assert problems(tiny, fanned) == []
+    # p = 0, a path at max_calls, or a path that uses every function: unchanged
+    assert bundle(tiny, single, random.Random(0), p=0.0) == single
+    assert bundle(tiny, single, random.Random(0), p=1.0, max_calls=1) == single
+    every = to_turns([PathCall(i, f) for i, f in enumerate(sorted(tiny.functions))])
+    assert bundle(tiny, every, random.Random(0), p=1.0) == every
+    # an independent call takes no value from the path and gives none
+    taking = FSP(
+        (TurnPlan(calls=(PathCall(0, "find_city"), PathCall(1, "get_distance",
+                  (Binding("origin", 0, "city"),), independent=True))),)
+    )  # fmt: skip
+    assert any("is independent" in p for p in problems(tiny, taking))
+    giving = FSP(
+        (TurnPlan(calls=(PathCall(0, "find_city", independent=True), PathCall(1, "get_distance",
+                  (Binding("origin", 0, "city"),)))),)
+    )  # fmt: skip
+    assert any("from an independent call" in p for p in problems(tiny, giving))
+
+
+def test_bundled_paths_stay_legal(travel) -> None:
+    bundled = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        fsp = merge(to_turns(random_walk(travel, rng, steps=3)), rng, p=0.5)
+        fsp = fan_out(bundle(travel, fsp, rng, p=1.0), rng, p=0.5)
+        assert problems(travel, fsp) == [], seed
+        calls = fsp.calls()
+        alone = [c for c in calls if c.independent]
+        bundled += len(alone)
+        for c in alone:  # another function, and no call takes a value from it
+            assert sum(x.tool == c.tool and x.replica_of is None for x in calls) == 1
+            assert all(b.source != c.uid for x in calls for b in x.bindings)
+    assert bundled >= 30
 
 
 def test_split_param_and_func(tiny) -> None:

@@ -18,6 +18,7 @@ from trajsynth.core import CAPABILITIES, GroundTruth, to_records
 from trajsynth.core.surface import find
 from trajsynth.envs import EnvFactory, import_tools
 from trajsynth.envs.verifiers import check_call
+from trajsynth.graph import FSP
 from trajsynth.llm.base import ChatRequest
 from trajsynth.llm.scripted import use_scripted
 from trajsynth.llm.sim.phrasing import quotes_description
@@ -255,6 +256,34 @@ def test_fan_out_repeats_a_call_with_other_values_in_one_turn() -> None:
         assert len(set(args)) == len(args)  # ...with other values each time
         assert "fan_out:1" in gt.extra["operations"]
     assert fanned >= 15  # a tool whose values cannot differ drops out, the rest fan out
+
+
+def test_bundle_asks_for_two_unrelated_things_in_one_turn() -> None:
+    rows, _ = synthesize(
+        tasks_per_domain=4, walk_steps=2, bundle_p=1.0, split_p=0.0, magnify_p=0.0,
+        connect_p=0.0, insert_p=0.0, distractors=(0, 2),
+    )  # fmt: skip
+    assert len(rows) == 20
+    bundled = 0
+    for r in rows:
+        gt = GroundTruth.from_json(r.ground_truth)
+        if "bundle:1" not in gt.extra["operations"]:
+            continue
+        bundled += 1
+        fsp = FSP.from_json(gt.extra["fsp"])
+        at = next(i for i, t in enumerate(fsp.turns) if t.calls[0].independent)
+        step = gt.turns[at].steps[0]
+        # its turn's first step calls the independent function beside another one...
+        assert len({c.name for c in step}) >= 2 and step[0].name == fsp.turns[at].calls[0].tool
+        assert "parallel_calls" in r.capabilities
+        # ...and both are offered (never taken for distractors or withheld)
+        assert {c.name for c in step} <= {t["function"]["name"] for t in r.tools}
+        env = FACTORY.make(r.domain, seed=gt.env_seed)
+        env.reset(gt)
+        for c in gt.flat_calls():
+            assert env.call(c.name, c.arguments).ok
+        assert env.state_hash() == gt.final_state_hash
+    assert bundled >= 15
 
 
 def test_irrelevant_tasks_offer_no_tool_that_fits() -> None:

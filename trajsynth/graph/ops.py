@@ -12,7 +12,8 @@ signature path* (:class:`FSP`) groups the calls into user turns (:class:`TurnPla
 2) every binding is a data-flow edge of the graph (so its JSON types agree) from a call that
    comes *earlier* (order follows data flow);
 3) the executed calls are connected by data flow (each takes a value from, or gives one to,
-   another call of the path);
+   another call of the path), except a call :func:`bundle` adds as a request of its own
+   (``independent``), which with its replicas takes no value from the path and gives none;
 4) prerequisites are ordering constraints: when an earlier call produces a required id a call
    needs, the call takes it from there (it is not asked of the user again).
 
@@ -29,6 +30,8 @@ The operations, in the order a task is built:
   (Magnet's p = 0.3);
 - :func:`insert`: after a turn's last call, a nested or implicit call it feeds (the user never
   names it), in the same turn or, for a long dependency, at the end of a later turn;
+- :func:`bundle` (ours, not Magnet's): a second request in a turn that shares nothing with
+  the first (a call of another function, ``independent``);
 - :func:`fan_out` (ours, not Magnet's): a call repeated in its turn with other values;
 - :func:`split`: a turn whose right answer is a clarifying question and no call: ``param``
   (a required value the user leaves out) or ``func`` (a request for a function that is not
@@ -57,6 +60,7 @@ __all__ = [
     "OperationError",
     "PathCall",
     "TurnPlan",
+    "bundle",
     "connect",
     "fan_out",
     "insert",
@@ -91,6 +95,7 @@ class PathCall:
     bindings: tuple[Binding, ...] = ()
     inserted: bool = False  # added by Insert: a nested/implicit call the user does not name
     replica_of: int | None = None  # added by fan_out: the same function as call `replica_of`
+    independent: bool = False  # added by bundle: a request of its own, no data flow with the path
 
     def bound(self) -> dict[str, Binding]:
         return {b.param: b for b in self.bindings}
@@ -142,6 +147,7 @@ class FSP:
                             "tool": c.tool,
                             "inserted": c.inserted,
                             **({"replica_of": c.replica_of} if c.replica_of is not None else {}),
+                            **({"independent": True} if c.independent else {}),
                             "bindings": [
                                 {"param": b.param, "source": b.source, "field": b.field}
                                 for b in c.bindings
@@ -167,6 +173,7 @@ class FSP:
                             tuple(Binding(**b) for b in c["bindings"]),
                             c.get("inserted", False),
                             c.get("replica_of"),
+                            c.get("independent", False),
                         )
                         for c in t["calls"]
                     ),
@@ -219,13 +226,23 @@ def problems(graph: SignatureGraph, path: FSP | Sequence[PathCall]) -> list[str]
             j = position.get(c.replica_of)
             if j is None or calls[j].tool != c.tool or c.bindings:
                 out.append(f"call {c.uid} is not a replica of call {c.replica_of}")
-    if len(calls) > 1:  # 3)
+    # 3) a request of its own (bundle) and its replicas share no value with the other calls;
+    # the other calls are connected by data flow
+    alone = {c.uid for c in calls if c.independent}
+    alone |= {c.uid for c in calls if c.replica_of in alone}
+    for c in calls:
+        if c.independent and (c.bindings or c.replica_of is not None):
+            out.append(f"call {c.uid} ({c.tool}) is independent but takes a value from the path")
+        if any(b.source in alone for b in c.bindings):
+            out.append(f"call {c.uid} ({c.tool}) takes a value from an independent call")
+    linked = [c for c in calls if c.uid not in alone]
+    if len(linked) > 1:
         links = nx.Graph()
-        links.add_nodes_from(c.uid for c in calls)
-        links.add_edges_from((b.source, c.uid) for c in calls for b in c.bindings)
+        links.add_nodes_from(c.uid for c in linked)
+        links.add_edges_from((b.source, c.uid) for c in linked for b in c.bindings)
         links.add_edges_from(
             (c.replica_of, c.uid)
-            for c in calls
+            for c in linked
             if c.replica_of is not None and c.replica_of in position
         )
         if not nx.is_connected(links):
@@ -490,6 +507,46 @@ def merge(fsp: FSP, rng: random.Random, *, p: float = 0.3) -> FSP:
             out.append(a)
             i += 1
     return FSP(turns=tuple(out), log=(*fsp.log, f"merge:{merged}"))
+
+
+def bundle(
+    graph: SignatureGraph,
+    fsp: FSP,
+    rng: random.Random,
+    *,
+    p: float = 0.3,
+    max_calls: int | None = None,
+    tries: int = 8,
+) -> FSP:
+    """Bundle: a second request in a turn that shares nothing with the first ("find flights to
+    Oslo, and convert 30 euros to dollars": BFCL's *parallel_multiple*, where one turn calls
+    several functions none of which waits for another). With probability ``p``, a call of a
+    function the path does not use, taking no value from it and giving none (``independent``),
+    is put at the start of a random tool turn, so that the turn's first step calls it beside
+    the turn's first call. A function is drawn until the path stays legal (rule 4: no earlier
+    call produces a value it needs, it produces none a later call needs; ``tries`` draws);
+    none is added when none fits, or when the path already has ``max_calls`` calls.
+    Not in Magnet, whose walks connect every call of a task by data flow."""
+    if rng.random() >= p:
+        return fsp
+    executed = fsp.calls()
+    if max_calls is not None and len(executed) >= max_calls:
+        return fsp
+    at = [i for i, t in enumerate(fsp.turns) if t.kind == "tool" and t.missing is None]
+    used = {c.tool for c in fsp.calls(executed=False)}
+    spare = sorted(f for f in graph.functions if f not in used)
+    if not at or not spare:
+        return fsp
+    i = rng.choice(at)
+    uid = _next_uid(fsp.calls(executed=False))
+    for tool in rng.sample(spare, min(tries, len(spare))):
+        call = PathCall(uid, tool, independent=True)
+        turns = list(fsp.turns)
+        turns[i] = replace(turns[i], calls=(call, *turns[i].calls))
+        out = FSP(turns=tuple(turns), log=(*fsp.log, "bundle:1"))
+        if not problems(graph, out):
+            return out
+    return fsp
 
 
 def fan_out(fsp: FSP, rng: random.Random, *, p: float = 0.3, copies: int = 2) -> FSP:

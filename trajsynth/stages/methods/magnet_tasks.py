@@ -14,9 +14,10 @@ tools, when that is more):
    MAGNIFY of one call (probability ``magnify_p``) and CONNECT to an unlinked function
    (``connect_p``), cut to ``max_calls``;
 3) turns and node operations, in Magnet's order: one turn per call, Merge (``merge_p``,
-   Magnet's p = 0.3), Insert (``insert_p``), Split (``split_p``: a miss-param or miss-func
-   turn). The path must be legal (:func:`~trajsynth.graph.problems`) or it is counted and
-   skipped;
+   Magnet's p = 0.3), Insert (``insert_p``), then ours: Bundle (``bundle_p``: a second,
+   independent request in a turn) and fan-out (``parallel_p``: a call again with other
+   values), then Split (``split_p``: a miss-param or miss-func turn). The path must be
+   legal (:func:`~trajsynth.graph.problems`) or it is counted and skipped;
 4) execution: the calls run turn by turn in a fresh environment, arguments grounded in its
    state and earlier outputs threaded into later inputs (:mod:`.grounding`); a candidate
    whose gold calls fail is dropped, its reason counted under ``dropped.<reason>``. The
@@ -73,6 +74,7 @@ from ...graph import (
     OperationError,
     SignatureGraph,
     build_graph,
+    bundle,
     connect,
     fan_out,
     insert,
@@ -162,6 +164,14 @@ class MagnetTasksConfig(StageConfig):
         "values in the same turn (BFCL's parallel calls; 0: never).",
     )
     parallel_copies: int = Field(2, ge=1, le=5, description="Fan-out: replicas at most.")
+    bundle_p: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Bundle probability per task: a tool turn also carries a request of its "
+        "own, a call of another function that shares no value with the path (BFCL's "
+        "parallel_multiple: several functions called in one step; 0: never).",
+    )
     irrelevant_p: float = Field(
         0.0,
         ge=0,
@@ -317,7 +327,8 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
 
     # -- 2-4) one candidate ----------------------------------------------------------------
     def path(self, graph: SignatureGraph, rng: random.Random) -> FSP:
-        """Steps 2-3: walk, MAGNIFY, CONNECT, then turns, Merge, Insert, Split."""
+        """Steps 2-3: walk, MAGNIFY, CONNECT, then turns, Merge, Insert, Bundle, fan-out,
+        Split."""
         cfg = self.config
         if cfg.irrelevant_p and rng.random() < cfg.irrelevant_p:
             return _irrelevant(graph, rng)
@@ -347,6 +358,8 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         fsp = insert(graph, fsp, rng, p=cfg.insert_p, long_range=cfg.insert_long_range)
         if len(fsp.calls()) > cfg.max_calls:
             fsp = _cut_fsp(graph, fsp, cfg.max_calls)
+        if cfg.bundle_p:
+            fsp = bundle(graph, fsp, rng, p=cfg.bundle_p, max_calls=cfg.max_calls)
         if cfg.parallel_p:
             fsp = fan_out(fsp, rng, p=cfg.parallel_p, copies=cfg.parallel_copies)
         if rng.random() < cfg.split_p:
