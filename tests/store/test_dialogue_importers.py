@@ -15,6 +15,7 @@ import pytest
 
 from trajsynth.cli import main
 from trajsynth.core.errors import InputNotFoundError
+from trajsynth.core.surface import stated
 from trajsynth.envs.importers import import_apibank, import_toolalpaca
 from trajsynth.store.apibank_dialogues import apibank_dialogues, find_apis
 from trajsynth.store.shards import read_table
@@ -136,6 +137,7 @@ def test_toolalpaca_first_decisions(external_dir: Path):
     rows, skipped = toolalpaca_answers(src, tools)
     records = [r for f in sorted(src.glob("*.json")) for r in json.loads(f.read_text())]
     total = sum(len(r["Instructions"]) for r in records)
+    dropped = skipped.pop("unstated_optional")  # arguments, not instructions
     assert len(rows) + sum(skipped.values()) == total
     assert len(rows) > 150
     by_key = {(r.extra["api"], r.extra["instruction"], r.extra["source"]): r for r in rows}
@@ -150,13 +152,41 @@ def test_toolalpaca_first_decisions(external_dir: Path):
             first = row.messages[1].tool_calls
             assert row.messages[0].content == text
             assert first[0].name == actions[0]["Action"]
-            assert json.loads(first[0].arguments) == json.loads(actions[0]["Action_Input"])
+            args, raw = json.loads(first[0].arguments), json.loads(actions[0]["Action_Input"])
+            # the answer's arguments, less optional ones the instruction does not state
+            schema = params_of(tools, rec["Name"], first[0].name)
+            assert args == {k: v for k, v in raw.items() if k in args}
+            for k in raw.keys() - args.keys():
+                assert k not in schema.get("required", []) and k in schema["properties"]
+                assert not stated(raw[k], text, k)
+            steps = row.ground_truth.turns[0].steps[0]
+            assert [json.loads(c.arguments) for c in first] == [g.arguments for g in steps]
             # the decision never holds a call that waits on an earlier result
             assert all("${" not in c.arguments for c in first)
             assert row.success is None and row.extra["first_decision"] is True
             assert len(row.ground_truth.extra["later_actions"]) == len(actions) - len(first)
             offered = {t["function"]["name"] for t in row.tools}
             assert {c.name for c in first} <= offered
+    # the answers fill optional parameters the instructions never state ("page": 1); every
+    # optional argument kept is stated: in a surface form, or in one of the few other ways
+    # step 6 reads (comma-separated codes, "true", a code by its description's label)
+    assert dropped > 30
+    other = []
+    for row in rows:
+        for call in row.messages[1].tool_calls:
+            schema = params_of(tools, row.extra["api"], call.name)
+            for k, v in json.loads(call.arguments).items():
+                optional = k in schema["properties"] and k not in schema.get("required", [])
+                if optional and not stated(v, row.goal, k):
+                    other.append((k, v))
+    assert sorted(other, key=str) == sorted(
+        [
+            ("group", 1), ("type", "L"), ("units", "f"), ("units", "f"), ("units", "s"),
+            ("json", "true"), ("symbols", "NZD,USD,EUR,GBP"), ("symbols", "USD,EUR,JPY"),
+            ("symbols", "NOK,USD,EUR,GBP"),
+        ],
+        key=str,
+    )  # fmt: skip
     airport = next(
         r for r in rows if r.extra["api"] == "airportsapi" and r.extra["instruction"] == 0
     )
@@ -165,6 +195,47 @@ def test_toolalpaca_first_decisions(external_dir: Path):
         "AirportApi_getAirport",
         {"icao_code": "EDDF"},
     )
+
+
+def params_of(tools: dict[str, dict[str, dict]], api: str, function: str) -> dict:
+    """The JSON schema of ``function``'s parameters."""
+    return tools[api][function]["function"]["parameters"]
+
+
+def test_toolalpaca_drops_unstated_optional_arguments(tmp_path: Path):
+    text = "Find flights to Paris on March 5, 2024 for two people, priced in USD and EUR."
+    answer = {
+        "airport": "CDG",  # required, not stated: kept as the answer wrote it
+        "date": "2024-03-05",  # optional, stated as "March 5, 2024"
+        "seats": 2,  # optional, stated as "two"
+        "currencies": "USD,EUR",  # optional, each item stated
+        "page": 1,  # optional, not stated: dropped
+        "nonstop": "false",  # optional, the parameter not named: dropped
+    }
+    record = {
+        "Name": "Trips",
+        "Instructions": [text],
+        "Golden_Answers": [[{"Action": "searchFlights", "Action_Input": json.dumps(answer)}]],
+    }
+    (tmp_path / "eval_real.json").write_text(json.dumps([record]))
+    props = {k: {"type": "integer" if k in ("seats", "page") else "string"} for k in answer}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "searchFlights",
+            "parameters": {"type": "object", "properties": props, "required": ["airport"]},
+        },
+    }
+    rows, skipped = toolalpaca_answers(tmp_path, {"Trips": {"searchFlights": tool}})
+    kept = {k: v for k, v in answer.items() if k not in ("page", "nonstop")}
+    assert dict(skipped) == {"unstated_optional": 2}
+    assert json.loads(rows[0].messages[1].tool_calls[0].arguments) == kept
+    assert rows[0].ground_truth.turns[0].steps[0][0].arguments == kept
+    rows, skipped = toolalpaca_answers(
+        tmp_path, {"Trips": {"searchFlights": tool}}, keep_unstated=True
+    )
+    assert not skipped
+    assert json.loads(rows[0].messages[1].tool_calls[0].arguments) == answer
 
 
 def test_import_commands(external_dir: Path, tmp_path: Path, capsys):

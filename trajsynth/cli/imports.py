@@ -62,6 +62,8 @@ def tau_trajectories_cmd(
 def _report(rows: list, skipped: dict[str, int], src: Path, out: Path, what: str) -> None:
     from ..store.importers import write_rows
 
+    skipped = dict(skipped)
+    dropped = skipped.pop("unstated_optional", 0)  # arguments, not instructions
     passed = ", ".join(f"{k} {v}" for k, v in sorted(skipped.items()))
     if not rows:
         raise UserError(
@@ -73,6 +75,7 @@ def _report(rows: list, skipped: dict[str, int], src: Path, out: Path, what: str
     console.print(
         f"{len(rows):,} {what} → {out} ({len(shards)} shard{plural})"
         + (f"; passed over: {passed}" if passed else "")
+        + (f"; {dropped} optional arguments the request never states dropped" if dropped else "")
     )
 
 

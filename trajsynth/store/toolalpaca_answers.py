@@ -23,7 +23,15 @@ before any result is seen. :func:`toolalpaca_answers` turns each instruction int
    without the results);
 5) outcome: ``success`` is null: the row stops at the first decision, nothing was run
    (``extra["first_decision"]`` says so; ``single_turn`` and SFT read it as it is);
-6) provenance: ``method`` ``import:toolalpaca``, ``domain`` ``toolalpaca``, ``id`` a hash of
+6) unstated optional arguments are dropped (``unstated_optional``, counted per argument): the
+   answers fill optional parameters the instruction never states (``"page": 1``, a default),
+   and a student that learns to invent them is scored wrong for it; an argument stays when its
+   parameter is required or undeclared, or the instruction states its value in one of its
+   surface forms (``core.surface``: "March 5, 2024" for ``"2024-03-05"``, "three" for ``3``;
+   comma-separated text item by item, ``"true"`` as a boolean, a code by the label the
+   parameter's description gives it: "Fahrenheit" for ``"f"``); the assistant's calls and the
+   ground truth lose the same arguments;
+7) provenance: ``method`` ``import:toolalpaca``, ``domain`` ``toolalpaca``, ``id`` a hash of
    (file name, API, instruction index), ``created_at`` the file's modification time.
 """
 
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -38,6 +47,7 @@ from typing import Any
 from ..core.errors import DataError
 from ..core.ids import stable_id
 from ..core.schema import Message, ToolCall, Trajectory
+from ..core.surface import stated
 from ..core.task import GoldCall, GoldTurn, GroundTruth
 from .importers import _load_json, source_files
 
@@ -73,12 +83,48 @@ def _first_decision(actions: list[Any]) -> int:
     return n
 
 
+def _states(text: str, value: Any, param: str, spec: dict[str, Any]) -> bool:
+    """Whether ``text`` states ``value`` (step 6): in a surface form, item by item when it is
+    comma-separated text (``"USD,EUR"``), as a boolean when it is ``"true"``/``"false"``, or by
+    the label the parameter's description gives a code (``"f: Fahrenheit"``, ``"L -> low"``)."""
+    if stated(value, text, param):
+        return True
+    if not isinstance(value, str | int) or isinstance(value, bool) or not str(value).strip():
+        return False
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return stated(value.lower() == "true", text, param)
+    if isinstance(value, str) and "," in value:
+        return all(stated(v.strip(), text, param) for v in value.split(","))
+    code = re.escape(str(value))
+    label = re.search(rf"(?<!\w){code}\s*(?::|->|=)\s*([^;,)\n]+)", str(spec.get("description")))
+    return label is not None and stated(label.group(1).strip(), text)
+
+
+def _stated_only(
+    args: dict[str, Any], tool: dict[str, Any], text: str, dropped: Counter[str]
+) -> dict[str, Any]:
+    """Step 6: ``args`` without the optional arguments ``text`` does not state (an argument the
+    schema does not declare is no optional one: it stays)."""
+    schema = tool.get("function", tool).get("parameters") or {}
+    required = set(schema.get("required") or [])
+    props = schema.get("properties") or {}
+    kept = {
+        k: v
+        for k, v in args.items()
+        if k in required or k not in props or _states(text, v, k, props[k] or {})
+    }
+    if len(kept) < len(args):
+        dropped["unstated_optional"] += len(args) - len(kept)
+    return kept
+
+
 def toolalpaca_answers(
-    src: str | Path, tools: dict[str, dict[str, dict[str, Any]]]
+    src: str | Path, tools: dict[str, dict[str, dict[str, Any]]], *, keep_unstated: bool = False
 ) -> tuple[list[Trajectory], Counter[str]]:
-    """Rows for every instruction in ``src`` (steps 2–6), given each API's functions as OpenAI
+    """Rows for every instruction in ``src`` (steps 2–7), given each API's functions as OpenAI
     tools by the name the answers use (step 1: ``{api: {function: tool}}``), and the count of
-    instructions passed over by reason."""
+    instructions passed over by reason, with the count of arguments dropped in step 6
+    (``unstated_optional``; ``keep_unstated`` keeps them as the answers wrote them)."""
     rows: list[Trajectory] = []
     skipped: Counter[str] = Counter()
     for file in toolalpaca_files(src):
@@ -114,6 +160,11 @@ def toolalpaca_answers(
                 if any(args is None for args in first):
                     skipped["bad_input"] += 1
                     continue
+                if not keep_unstated:
+                    first = [
+                        _stated_only(args or {}, functions[str(a["Action"])], str(text), skipped)
+                        for a, args in zip(actions[:n], first, strict=True)
+                    ]
                 calls = [
                     ToolCall(
                         id=f"call_{i}",
