@@ -78,6 +78,7 @@ from .istar import IStarConfig
 from .losses import aggregate, clipped_surrogate, kl_k3
 from .modeling import (
     LoRASettings,
+    fused_adamw,
     load_student,
     resolve_device,
     resolve_dtype,
@@ -336,6 +337,7 @@ def train_grpo(
         lr=cfg.lr,
         betas=(0.9, 0.99),
         weight_decay=0.0,
+        fused=fused_adamw(device),
     )
     temp = cfg.rollout.temperature or 1.0  # the sampled policy is softmax(logits / T)
     estimator = make_estimator(cfg, model, start_model, tokenizer, device, precision, temp)

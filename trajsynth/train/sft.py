@@ -51,6 +51,7 @@ from .data import IGNORE_INDEX, Batch, batches, sample_weight, tokenize_rows
 from .modeling import (
     LoRASettings,
     autocast,
+    fused_adamw,
     load_student,
     resolve_device,
     resolve_dtype,
@@ -307,7 +308,7 @@ def train_sft(
         lr=cfg.peak_lr(),
         betas=(0.9, 0.95),
         weight_decay=cfg.weight_decay,
-        fused=device.startswith("cuda"),
+        fused=fused_adamw(device),
     )
     step = 0
     if resume is not None:
