@@ -127,6 +127,39 @@ def test_withhold_keeps_what_the_task_needs_out_and_skips_a_view_left_with_nothi
     assert counters["withhold.nothing_left"] == 1 and counters["views.withheld"] == 1
 
 
+def test_withhold_puts_a_function_of_another_domain_in_the_called_ones_place() -> None:
+    """Without the swap a contrast view offers fewer functions than its view: the one-function
+    views were then mostly declines, and a student learned to decline when one is offered."""
+    weather = [task_row(f"w{i}", [FLIGHTS, WEATHER, HOTELS]) for i in range(6)]
+    alone = task_row("alone", [WEATHER])  # nothing would be left without a swap
+    other = [
+        task_row(f"m{i}", [WEATHER]).derive(
+            domain="math", tools=[WEATHER, tool("add", "Add two numbers."),
+                                  tool("get_weather_report", "Weather report for a city.")],
+        )
+        for i in range(2)
+    ]  # fmt: skip
+    rows = [*weather, alone, *other]
+    out, counters = views({"withhold": 1.0}, rows)
+    withheld = {r.parent_ids[0]: r for r in out if r.extra["single_turn"].get("withheld")}
+    for rid in [r.id for r in weather]:
+        names = [t["function"]["name"] for t in withheld[rid].tools]
+        # as many as the view offered, the called one's place taken by math's "add" (never
+        # its weather function, alike to the one that went, nor one of its own domain)
+        assert names == ["search_flights", "add", "book_hotel"]
+        assert "add" not in withheld[rid].messages[-1].content
+    assert [t["function"]["name"] for t in withheld["alone"].tools] == ["add"]
+    for rid in [r.id for r in other]:  # math's weather function goes as alike: "add" stays
+        names = [t["function"]["name"] for t in withheld[rid].tools]
+        assert names[1] == "add" and names[0] in {"search_flights", "book_hotel"}
+    assert counters["withhold.swapped"] == 9 and "withhold.nothing_left" not in counters
+    # swap off: the list shrinks, and a view left with nothing is passed over
+    out, counters = views({"withhold": 1.0, "swap": False}, rows)
+    shrunk = [r for r in out if r.extra["single_turn"].get("withheld")]
+    assert sorted(len(r.tools) for r in shrunk) == [1, 1] + [2] * 6
+    assert counters["withhold.nothing_left"] == 1 and "withhold.swapped" not in counters
+
+
 def test_a_question_where_the_task_wants_a_call_is_dropped_unless_asked_to_keep() -> None:
     asks = task_row("asks", [WEATHER]).derive(
         messages=[*ONE.messages[:2], Message(role="assistant", content="Which city?")]

@@ -154,7 +154,7 @@ class MagnetTasksConfig(StageConfig):
         None,
         description="Offer only the tools the gold calls use plus this many others of the "
         "domain, drawn per task, or [lo, hi]: a number drawn per task (LoopTool's dialogs "
-        "offer 3 to 11); none: the whole toolset.",
+        "offer 3 to 11); a task that needs no call gets one more; none: the whole toolset.",
     )
     parallel_p: float = Field(
         0.0,
@@ -583,7 +583,10 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
             r = random.Random(seed_from("magnet_tasks.distractors", rid))
             lo, hi = (cfg.distractors,) * 2 if isinstance(cfg.distractors, int) else cfg.distractors
             count = lo if lo == hi else r.randint(lo, hi)
-            keep = needed | set(r.sample(others, min(max(count, 0 if needed else 1), len(others))))
+            # a task that needs no call (irrelevance) offers as many functions as one that
+            # needs one: how many are offered must not tell the answer
+            count += 0 if needed else 1
+            keep = needed | set(r.sample(others, min(count, len(others))))
             tools = [t for t in tools if t["function"]["name"] in keep]
         policy = domain_policy(cand.domain)
         system = cfg.system_prompt or system_prompt(policy)

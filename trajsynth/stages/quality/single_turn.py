@@ -31,13 +31,20 @@ This stage makes the first decisions cheap to train on:
    to a called one: name and description words with Jaccard similarity ≥ 0.5), and as the
    answer no call, a sentence saying that no offered function can do what was asked, in the
    request's terms and never naming a function (``phrasing.refusal``, drawn like the rest).
-   A view whose functions would all go is passed over (``withhold.nothing_left``). The
-   student sees the same request with and without the function it needs: the one thing
+   With ``swap`` (default), each function taken out is replaced, in its place, by a function
+   of another domain offered to another row of the batch (drawn by the same seed, none alike
+   to what went), so the contrast view offers as many functions as the view: otherwise a
+   view with one function left is a decline far more often than a call (78% of the
+   one-function views of a benchmark run), and a student learns to decline whenever one
+   function is offered, which is how single-call benchmarks ask (``withhold.swapped``
+   counts them; a batch of one domain shrinks the list as before). A view whose functions
+   would all go and that gets no replacement is passed over (``withhold.nothing_left``).
+   The student sees the same request with and without the function it needs: the one thing
    BFCL's irrelevance categories score;
 6) with ``keep_rows`` the original rows flow on too (after their views).
 
 Metrics: ``rows``, ``views``, ``views.<class>``, ``views.withheld``, ``no_assistant``,
-``needless``, ``spurious``, ``withhold.nothing_left``.
+``needless``, ``spurious``, ``withhold.swapped``, ``withhold.nothing_left``.
 """
 
 from __future__ import annotations
@@ -84,6 +91,11 @@ class SingleTurnConfig(StageConfig):
         le=1.0,
         description="Share of call views that also yield a contrast view: the called "
         "functions taken out of the offered ones, no call as the answer (irrelevance).",
+    )
+    swap: bool = Field(
+        True,
+        description="Withhold: replace each function taken out by one of another domain "
+        "from the same batch, so a contrast view offers as many functions as its view.",
     )
     drop_needless: bool = Field(
         True,
@@ -157,10 +169,13 @@ def _alike(a: set[str], b: set[str]) -> bool:
     return bool(a and b) and len(a & b) / len(a | b) >= 0.5
 
 
-def withheld_view(view: Trajectory, rng: random.Random) -> Trajectory | None:
+def withheld_view(
+    view: Trajectory, rng: random.Random, others: list[tuple[str, Any]] | None = None
+) -> Trajectory | None:
     """Step 5: ``view`` (a call view) without the functions it calls among its offered ones,
     answered with no call; None when no offered function would be left (or a called one is
-    not offered)."""
+    not offered). ``others`` ((domain, tool) pairs offered elsewhere): each function taken
+    out is replaced in its place by one of another domain, none alike to what went."""
     called = {c.name for c in view.messages[-1].tool_calls or []}
     tools = view.tools if isinstance(view.tools, list) else []
     gone = [t for t in tools if _function(t).get("name") in called]
@@ -172,16 +187,33 @@ def withheld_view(view: Trajectory, rng: random.Random) -> Trajectory | None:
         called | {c.name for c in view.ground_truth.flat_calls()} if view.ground_truth else called
     )
     gone_words = [_words(t) for t in gone]
-    left = [
-        t
-        for t in tools
-        if _function(t).get("name") not in needed
-        and not any(_alike(_words(t), w) for w in gone_words)
-    ]
+    names = {str(_function(t).get("name", "")) for t in tools}
+    swaps: list[Any] = []
+    for _ in range(20 * len(called) if others else 0):  # draws until each place is filled
+        domain, t = others[rng.randrange(len(others))]
+        name = str(_function(t).get("name", ""))
+        if (
+            domain != view.domain
+            and name not in names
+            and not any(_alike(_words(t), w) for w in gone_words)
+        ):
+            swaps.append(t)
+            names.add(name)
+            if len(swaps) == len(called):
+                break
+    left = []
+    for t in tools:
+        if _function(t).get("name") in called:
+            if swaps:  # the called function's place goes to one of another domain
+                left.append(swaps.pop())
+        elif _function(t).get("name") not in needed and not any(
+            _alike(_words(t), w) for w in gone_words
+        ):
+            left.append(t)
     if not left:
         return None
     target = _function(rng.choice(gone))
-    names = {str(_function(t).get("name", "")) for t in tools}
+    names |= {str(_function(t).get("name", "")) for t in left}
     answer = refusal(str(target.get("name", "")), str(target.get("description", "")), rng, names)
     request = next((m.content or "" for m in reversed(view.messages) if m.role == "user"), "")
     return view.derive(
@@ -195,6 +227,19 @@ def withheld_view(view: Trajectory, rng: random.Random) -> Trajectory | None:
     )
 
 
+def _names(row: Trajectory) -> set[str]:
+    return {str(_function(t).get("name", "")) for t in row.tools or []}
+
+
+def _offered(rows: list[Trajectory]) -> list[tuple[str, Any]]:
+    """Every function offered in ``rows``, once by (domain, name), in first-seen order."""
+    seen: dict[tuple[str, str], Any] = {}
+    for row in rows:
+        for t in row.tools if isinstance(row.tools, list) else []:
+            seen.setdefault((row.domain, str(_function(t).get("name", ""))), t)
+    return [(domain, t) for (domain, _), t in seen.items()]
+
+
 @register
 class SingleTurn(MapStage[SingleTurnConfig]):
     """Each row's opening and first assistant message as a row of its own."""
@@ -206,7 +251,9 @@ class SingleTurn(MapStage[SingleTurnConfig]):
         withhold = self.config.withhold
         for batch in batches:
             out: list[Trajectory] = []
-            for row in to_records(batch):
+            rows = to_records(batch)
+            others = _offered(rows) if withhold and self.config.swap else None
+            for row in rows:
                 ctx.metrics.inc("rows")
                 view = first_decision(row)
                 if view is None:
@@ -232,7 +279,7 @@ class SingleTurn(MapStage[SingleTurnConfig]):
                         ctx.metrics.inc(f"views.{kind}")
                     rng = random.Random(ctx.row_seed("withhold", row.id))
                     if kind != "none" and withhold and rng.random() < withhold:  # 5)
-                        contrast = withheld_view(view, rng)
+                        contrast = withheld_view(view, rng, others)
                         if contrast is None:
                             ctx.metrics.inc("withhold.nothing_left")
                         else:
@@ -248,6 +295,8 @@ class SingleTurn(MapStage[SingleTurnConfig]):
                             )
                             ctx.metrics.inc("views")
                             ctx.metrics.inc("views.withheld")
+                            if _names(contrast) - _names(view):
+                                ctx.metrics.inc("withhold.swapped")
                 if self.config.keep_rows:  # 6)
                     out.append(row)
             if out:
