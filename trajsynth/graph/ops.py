@@ -529,16 +529,15 @@ def bundle(
     Not in Magnet, whose walks connect every call of a task by data flow."""
     if rng.random() >= p:
         return fsp
-    executed = fsp.calls()
-    if max_calls is not None and len(executed) >= max_calls:
+    if max_calls is not None and len(fsp.calls()) >= max_calls:
         return fsp
     at = [i for i, t in enumerate(fsp.turns) if t.kind == "tool" and t.missing is None]
-    used = {c.tool for c in fsp.calls(executed=False)}
-    spare = sorted(f for f in graph.functions if f not in used)
+    every = fsp.calls(executed=False)
+    spare = sorted(set(graph.functions) - {c.tool for c in every})
     if not at or not spare:
         return fsp
     i = rng.choice(at)
-    uid = _next_uid(fsp.calls(executed=False))
+    uid = _next_uid(every)
     for tool in rng.sample(spare, min(tries, len(spare))):
         call = PathCall(uid, tool, independent=True)
         turns = list(fsp.turns)

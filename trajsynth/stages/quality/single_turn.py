@@ -165,6 +165,11 @@ def _words(tool: Any) -> set[str]:
     return set(split_words(f"{fn.get('name', '')} {fn.get('description', '')}".lower()))
 
 
+def _names(row: Trajectory) -> set[str]:
+    tools = row.tools if isinstance(row.tools, list) else []
+    return {str(_function(t).get("name", "")) for t in tools}
+
+
 def _alike(a: set[str], b: set[str]) -> bool:
     return bool(a and b) and len(a & b) / len(a | b) >= 0.5
 
@@ -187,7 +192,7 @@ def withheld_view(
         called | {c.name for c in view.ground_truth.flat_calls()} if view.ground_truth else called
     )
     gone_words = [_words(t) for t in gone]
-    names = {str(_function(t).get("name", "")) for t in tools}
+    names = _names(view)  # and each swapped-in one: the refusal names none of them
     swaps: list[Any] = []
     for _ in range(20 * len(called) if others else 0):  # draws until each place is filled
         domain, t = others[rng.randrange(len(others))]
@@ -213,7 +218,6 @@ def withheld_view(
     if not left:
         return None
     target = _function(rng.choice(gone))
-    names |= {str(_function(t).get("name", "")) for t in left}
     answer = refusal(str(target.get("name", "")), str(target.get("description", "")), rng, names)
     request = next((m.content or "" for m in reversed(view.messages) if m.role == "user"), "")
     return view.derive(
@@ -225,10 +229,6 @@ def withheld_view(
             env_seed=view.ground_truth.env_seed if view.ground_truth else 0,
         ),
     )
-
-
-def _names(row: Trajectory) -> set[str]:
-    return {str(_function(t).get("name", "")) for t in row.tools or []}
 
 
 def _offered(rows: list[Trajectory]) -> list[tuple[str, Any]]:
