@@ -194,3 +194,43 @@ def test_a_call_where_the_task_wants_none_is_dropped_unless_asked_to_keep() -> N
     assert "needless" not in counters
     kept, _ = views({"drop_needless": False}, rows)
     assert len(kept) == 3
+
+
+def test_focus_adds_the_view_with_only_the_functions_it_calls() -> None:
+    """Magnet's tasks mostly offer distractors, so the one-function views were mostly no-call
+    answers; a focused view is the single-function question that benchmarks ask."""
+    rows = [task_row(f"r{i}", [FLIGHTS, WEATHER, HOTELS]) for i in range(40)]
+    two = TWO.derive(tools=[tool("b", "B things."), FLIGHTS, tool("a", "A things.")])
+    alone = task_row("alone", [WEATHER])  # offers nothing else: nothing to focus
+    out, counters = views({"focus": 0.5, "repeat": {"several": 2}}, [*rows, two, alone, NONE])
+    focused = [r for r in out if r.extra["single_turn"].get("focus")]
+    # about half the call views that offer more than they call, drawn by the row's id
+    assert 10 <= counters["views.focused"] <= 31
+    assert {r.id for r in views({"focus": 0.5}, rows[::-1])[0]} == {
+        r.id for r in views({"focus": 0.5}, rows)[0]
+    }
+    for r in focused:
+        names = [t["function"]["name"] for t in r.tools]
+        parent = next(p for p in [*rows, two] if p.id == r.parent_ids[0])
+        assert names == (["b", "a"] if parent is two else ["get_weather"])  # in their order
+        assert r.messages == parent.messages[:3]  # the same request and calls
+        assert r.extra["single_turn"]["class"] == ("several" if parent is two else "one")
+    assert all(r.parent_ids != ["alone"] and r.parent_ids != ["none"] for r in focused)
+    # its own views: new ids, the class's repeat count, and the plain views as without focus
+    assert len({r.id for r in out}) == len(out)
+    plain = [r for r in out if not r.extra["single_turn"].get("focus")]
+    without, _ = views({"repeat": {"several": 2}}, [*rows, two, alone, NONE])
+    assert [r.id for r in plain] == [r.id for r in without]
+    every, _ = views({"focus": 1.0, "repeat": {"several": 2}}, [two])
+    assert [[t["function"]["name"] for t in r.tools] for r in every] == [
+        ["b", FLIGHTS["function"]["name"], "a"]
+    ] * 2 + [["b", "a"]] * 2
+    # with withhold each focused view is drawn on its own: its contrast offers one function
+    # of another domain in the called one's place
+    other = [task_row(f"m{i}", [tool("add", "Add two numbers.")]).derive(domain="math")
+             for i in range(2)]  # fmt: skip
+    out, counters = views({"focus": 1.0, "withhold": 1.0}, [*rows[:4], *other])
+    contrasts = [r for r in out if r.extra["single_turn"].get("withheld")
+                 and r.extra["single_turn"].get("focus")]  # fmt: skip
+    assert len(contrasts) == 4 == counters["views.focused"]
+    assert all([t["function"]["name"] for t in r.tools] == ["add"] for r in contrasts)

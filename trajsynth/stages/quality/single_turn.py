@@ -19,11 +19,23 @@ This stage makes the first decisions cheap to train on:
    that checks the final state passes a read-only call made where none was wanted;
 3) the view is classed by its decision: ``none`` (no call: an answer or a question),
    ``one`` (one call) or ``several`` (calls in one turn);
-4) it is emitted ``repeat[class]`` times (default once each; e.g. ``{none: 3}`` to give
-   no-call decisions a larger share when the rows are mostly calls), with ids derived from
+4) with ``focus`` p, a share p of the call views that offer functions besides the ones they
+   call (a draw seeded with the row's id, apart from withhold's) also yields a focused view:
+   the same request and calls with only the called functions offered, in their order (ours,
+   not Hammer's). Single-call benchmarks offer one function that fits (BFCL's simple and
+   live_simple, parallel: one function called several times), and Magnet's tasks mostly
+   offer distractors, so without it a view offering one function is a no-call answer far
+   more often than a call (two in three of a benchmark run's one-function views: irrelevance
+   tasks, questions for a missing value and contrast views), and a student declines a
+   single offered function that fits. A focused view is a view like the rest in steps 5
+   and 6: repeated by its class and drawn for withhold on its own (its contrast offers one
+   function of another domain: the same request with and without the function it needs).
+   ``views.focused`` counts them;
+5) each view is emitted ``repeat[class]`` times (default once each; e.g. ``{none: 3}`` to
+   give no-call decisions a larger share when the rows are mostly calls), with ids derived from
    the row's id, ``parent_ids`` naming it, and ``extra["single_turn"]`` saying the class and
    copy; step-level fields (rewards, flags, state changes) keep the first step's values;
-5) with ``withhold`` p, a share p of the call views (chosen by a draw seeded with the row's
+6) with ``withhold`` p, a share p of the call views (chosen by a draw seeded with the row's
    id) also yields a contrast view, as Hammer builds its irrelevance data (Lin et al.,
    "Hammer: Robust Function-Calling for On-Device Language Models via Function Masking",
    arXiv:2410.04587): the same request with every function the view calls taken out of the
@@ -41,10 +53,10 @@ This stage makes the first decisions cheap to train on:
    would all go and that gets no replacement is passed over (``withhold.nothing_left``).
    The student sees the same request with and without the function it needs: the one thing
    BFCL's irrelevance categories score;
-6) with ``keep_rows`` the original rows flow on too (after their views).
+7) with ``keep_rows`` the original rows flow on too (after their views).
 
-Metrics: ``rows``, ``views``, ``views.<class>``, ``views.withheld``, ``no_assistant``,
-``needless``, ``spurious``, ``withhold.swapped``, ``withhold.nothing_left``.
+Metrics: ``rows``, ``views``, ``views.<class>``, ``views.withheld``, ``views.focused``,
+``no_assistant``, ``needless``, ``spurious``, ``withhold.swapped``, ``withhold.nothing_left``.
 """
 
 from __future__ import annotations
@@ -96,6 +108,14 @@ class SingleTurnConfig(StageConfig):
         True,
         description="Withhold: replace each function taken out by one of another domain "
         "from the same batch, so a contrast view offers as many functions as its view.",
+    )
+    focus: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of call views offering other functions besides those called "
+        "that also yield a focused view: only the called functions offered, the same calls "
+        "(a benchmark's single-function questions).",
     )
     drop_needless: bool = Field(
         True,
@@ -174,10 +194,21 @@ def _alike(a: set[str], b: set[str]) -> bool:
     return bool(a and b) and len(a & b) / len(a | b) >= 0.5
 
 
+def focused_view(view: Trajectory) -> Trajectory | None:
+    """Step 4: ``view`` (a call view) offering only the functions it calls, in their order;
+    None when it offers nothing else (or a called function is not offered)."""
+    called = {c.name for c in view.messages[-1].tool_calls or []}
+    tools = view.tools if isinstance(view.tools, list) else []
+    kept = [t for t in tools if _function(t).get("name") in called]
+    if not called or len(kept) < len(called) or len(kept) == len(tools):
+        return None
+    return view.derive(tools=kept)
+
+
 def withheld_view(
     view: Trajectory, rng: random.Random, others: list[tuple[str, Any]] | None = None
 ) -> Trajectory | None:
-    """Step 5: ``view`` (a call view) without the functions it calls among its offered ones,
+    """Step 6: ``view`` (a call view) without the functions it calls among its offered ones,
     answered with no call; None when no offered function would be left (or a called one is
     not offered). ``others`` ((domain, tool) pairs offered elsewhere): each function taken
     out is replaced in its place by one of another domain, none alike to what went."""
@@ -247,12 +278,10 @@ class SingleTurn(MapStage[SingleTurnConfig]):
     name = "single_turn"
 
     def process(self, batches: Iterator[pa.RecordBatch], ctx: Context) -> Iterator[Output]:
-        repeat = self.config.repeat
-        withhold = self.config.withhold
         for batch in batches:
             out: list[Trajectory] = []
             rows = to_records(batch)
-            others = _offered(rows) if withhold and self.config.swap else None
+            others = _offered(rows) if self.config.withhold and self.config.swap else None
             for row in rows:
                 ctx.metrics.inc("rows")
                 view = first_decision(row)
@@ -264,40 +293,57 @@ class SingleTurn(MapStage[SingleTurnConfig]):
                     ctx.metrics.inc("spurious")
                 else:
                     kind = decision_class(view)  # 3)
-                    for copy in range(repeat.get(kind, 1)):  # 4)
-                        out.append(
-                            view.derive(
-                                id=Trajectory.make_id(row.id, "single_turn", copy),
-                                parent_ids=[row.id],
-                                extra={
-                                    **(row.extra or {}),
-                                    "single_turn": {"class": kind, "copy": copy},
-                                },
-                            )
-                        )
-                        ctx.metrics.inc("views")
-                        ctx.metrics.inc(f"views.{kind}")
-                    rng = random.Random(ctx.row_seed("withhold", row.id))
-                    if kind != "none" and withhold and rng.random() < withhold:  # 5)
-                        contrast = withheld_view(view, rng, others)
-                        if contrast is None:
-                            ctx.metrics.inc("withhold.nothing_left")
-                        else:
-                            out.append(
-                                contrast.derive(
-                                    id=Trajectory.make_id(row.id, "single_turn", "withheld"),
-                                    parent_ids=[row.id],
-                                    extra={
-                                        **(row.extra or {}),
-                                        "single_turn": {"class": "none", "withheld": kind},
-                                    },
-                                )
-                            )
-                            ctx.metrics.inc("views")
-                            ctx.metrics.inc("views.withheld")
-                            if _names(contrast) - _names(view):
-                                ctx.metrics.inc("withhold.swapped")
-                if self.config.keep_rows:  # 6)
+                    variants: list[tuple[Trajectory, tuple[str, ...]]] = [(view, ())]
+                    pick = random.Random(ctx.row_seed("focus", row.id))
+                    if kind != "none" and self.config.focus and pick.random() < self.config.focus:
+                        focused = focused_view(view)  # 4)
+                        if focused is not None:
+                            variants.append((focused, ("focus",)))
+                            ctx.metrics.inc("views.focused")
+                    for variant, tag in variants:
+                        out.extend(self._emit(row, variant, kind, tag, others, ctx))
+                if self.config.keep_rows:  # 7)
                     out.append(row)
             if out:
                 yield out
+
+    def _emit(
+        self,
+        row: Trajectory,
+        view: Trajectory,
+        kind: Decision,
+        tag: tuple[str, ...],
+        others: list[tuple[str, Any]] | None,
+        ctx: Context,
+    ) -> Iterator[Trajectory]:
+        """Steps 5 and 6 for one view of ``row`` (``tag`` tells a focused view's ids and
+        draws from the view's own)."""
+        focus = {"focus": True} if tag else {}
+        for copy in range(self.config.repeat.get(kind, 1)):  # 5)
+            ctx.metrics.inc("views")
+            ctx.metrics.inc(f"views.{kind}")
+            yield view.derive(
+                id=Trajectory.make_id(row.id, "single_turn", *tag, copy),
+                parent_ids=[row.id],
+                extra={**(row.extra or {}), "single_turn": {"class": kind, "copy": copy, **focus}},
+            )
+        withhold = self.config.withhold
+        rng = random.Random(ctx.row_seed("withhold", row.id, *tag))
+        if kind == "none" or not withhold or rng.random() >= withhold:  # 6)
+            return
+        contrast = withheld_view(view, rng, others)
+        if contrast is None:
+            ctx.metrics.inc("withhold.nothing_left")
+            return
+        ctx.metrics.inc("views")
+        ctx.metrics.inc("views.withheld")
+        if _names(contrast) - _names(view):
+            ctx.metrics.inc("withhold.swapped")
+        yield contrast.derive(
+            id=Trajectory.make_id(row.id, "single_turn", *tag, "withheld"),
+            parent_ids=[row.id],
+            extra={
+                **(row.extra or {}),
+                "single_turn": {"class": "none", "withheld": kind, **focus},
+            },
+        )
