@@ -81,3 +81,43 @@ def test_error_shaped_results() -> None:
         "'/data/kv.log'\n The above exception\n UnexpectedToolError: Error executing tool log"
     )
     assert stderr_error(boxed) == "OSError: [Errno 30] Read-only file system: '/data/kv.log'"
+
+
+def test_everyday_values_where_the_name_says_what_it_holds() -> None:
+    """A simulated tool has no state and often no value in its spec: a quarter of a benchmark
+    run's call values were two stock words ("budget draft" as a city, a username, a
+    language), which a student then copied as the shape of every value."""
+    from trajsynth.envs.values import everyday
+    from trajsynth.stages.common.grounding import ValuePool
+
+    rng = random.Random(0)
+    s = {"type": "string"}
+    places = {everyday("location", s, rng) for _ in range(60)}
+    assert {"Paris", "Paris, France"} <= places  # with and without the region, as people write
+    assert all(re.fullmatch(r"[A-Z][\w .]+(, [A-Z][\w ]+)?", p) for p in places)
+    assert everyday("country", s, rng) in {"France", "Germany", "Japan", "Canada", "Brazil",
+        "India", "Kenya", "Australia", "Mexico", "Italy", "Spain", "South Korea",
+        "United States", "United Kingdom"}  # fmt: skip
+    assert re.fullmatch(r"[A-Z]{2}", everyday("countryCode", s, rng))
+    assert re.fullmatch(r"[a-z]{2}", everyday("src_lang", {**s, "description": "ISO code"}, rng))
+    assert everyday("language", s, rng)[0].isupper()
+    assert re.fullmatch(r"[A-Z][a-z]+ [A-Z][a-z]+", everyday("receiver", s, rng))
+    assert re.fullmatch(r"[A-Z][a-z]+", everyday("first_name", s, rng))
+    assert re.fullmatch(r"[a-z_]+\d*", everyday("username", s, rng))
+    assert re.fullmatch(r"\d{6}", everyday("verificationCode", s, rng))
+    assert re.fullmatch(r"203\.0\.113\.\d+", everyday("ip", s, rng))
+    assert re.fullmatch(r"[A-Z]{3}/[A-Z]{3}", everyday("currency_pair", s, rng))
+    assert re.fullmatch(r"\d+ [\w ]+", everyday("addressLine1", s, rng))
+    assert re.fullmatch(r"\d{5}", everyday("zipCode", s, rng))
+    assert re.fullmatch(r"\w{12}", everyday("api_key", s, rng))
+    assert " " in everyday("keyword", s, rng) and everyday("message", s, rng).endswith(
+        (".", "!", "?")
+    )
+    # a name that says nothing, or a kind of its own: the caller decides
+    for param in ("x", "name", "status", "file_name", "email", "city_id", "start_date"):
+        assert everyday(param, s, rng) is None, param
+    # a pool with no state: everyday values, an email of its kind, two words for the rest
+    pool = ValuePool({}, {})
+    assert pool.invent("city", s, rng)[0].isupper()
+    assert pool.invent("email", s, rng).endswith("@example.com")
+    assert len(pool.invent("status", s, rng).split()) == 2

@@ -24,6 +24,11 @@ repository, a query valid SQL. In order, for one parameter:
    (``branch`` → branch names, ``table`` → table names), tables and their columns. An
    environment gives it through ``Environment.value_hints()`` (MCP servers: found by
    calling their read-only tools, :mod:`trajsynth.envs.mcp.probe`).
+5) :func:`everyday`: for a tool with no state and no value in its spec (a simulated tool
+   from a collection), a string a person would pass where the name says what it holds: a
+   place, a country, a language, a person's name, a search phrase, a message, a token.
+   Task values that read as values (not "budget draft" as a city or a username) are what a
+   student copies from a request into a call.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from .verifiers.schema import type_ok
 
 __all__ = [
     "Known",
+    "everyday",
     "fits_kind",
     "invent",
     "kind",
@@ -385,3 +391,150 @@ def invent(
     if value is None and isinstance(schema.get("pattern"), str):
         value = pattern_value(schema["pattern"], rng)
     return value
+
+
+# --------------------------------------------------------------------------------------
+# everyday values: what a person would pass where a parameter's name says what it holds
+# --------------------------------------------------------------------------------------
+
+_PLACES = (
+    "Paris", "Paris, France", "Berlin", "Berlin, Germany", "Tokyo", "Tokyo, Japan",
+    "Austin, TX", "Seattle, WA", "Boston, MA", "Chicago, IL", "San Diego, CA", "Denver, CO",
+    "Toronto", "Toronto, Canada", "Sydney, Australia", "Madrid", "Lisbon, Portugal",
+    "Mumbai, India", "Nairobi, Kenya", "Mexico City", "Portland, OR", "Miami, FL",
+    "Cape Town", "Seoul", "Dublin, Ireland", "Vancouver, BC",
+)  # fmt: skip
+_COUNTRIES = {
+    "France": "FR", "Germany": "DE", "Japan": "JP", "Canada": "CA", "Brazil": "BR",
+    "India": "IN", "Kenya": "KE", "Australia": "AU", "Mexico": "MX", "Italy": "IT",
+    "Spain": "ES", "South Korea": "KR", "United States": "US", "United Kingdom": "GB",
+}  # fmt: skip
+_LANGUAGES = {
+    "English": "en", "Spanish": "es", "French": "fr", "German": "de", "Japanese": "ja",
+    "Portuguese": "pt", "Hindi": "hi", "Arabic": "ar", "Korean": "ko", "Italian": "it",
+}  # fmt: skip
+_FIRST = (
+    "Maria", "James", "Aisha", "Wei", "Olga", "Carlos", "Priya", "Tom", "Fatima", "Lukas",
+    "Yuki", "Emma", "Kwame", "Sofia",
+)  # fmt: skip
+_LAST = (
+    "Garcia", "Smith", "Khan", "Chen", "Petrova", "Silva", "Patel", "Brown", "Haddad",
+    "Nguyen", "Tanaka", "Johnson", "Mensah", "Rossi",
+)  # fmt: skip
+_COMPANIES = ("Acme Corp", "Globex", "Initech", "Northwind Traders", "Contoso", "Umbrella Labs")
+_TOPICS = (
+    "electric cars", "vegan recipes", "machine learning", "climate change", "jazz concerts",
+    "budget travel", "home workouts", "solar panels", "remote jobs", "ancient Rome",
+    "sourdough bread", "marathon training", "indie games", "coffee shops", "mortgage rates",
+    "renewable energy", "bird watching", "chess openings",
+)  # fmt: skip
+_TEXTS = (
+    "Running 10 minutes late, start without me.",
+    "Please review the draft by Friday.",
+    "Thanks for the quick reply!",
+    "The meeting moved to the small conference room.",
+    "Great service, the delivery came a day early.",
+    "Remember to bring the signed contract.",
+    "Can we push the call to next week?",
+    "Happy birthday! Hope you have a great day.",
+)
+_LABELS = ("travel", "music", "sports", "finance", "health", "science", "food", "technology")
+_PERSON_ROLES = {
+    "author", "receiver", "recipient", "sender", "contact", "person", "customer", "owner",
+    "employee", "patient", "artist", "player", "guest", "attendee", "member", "driver",
+    "passenger", "assignee", "doctor", "teacher", "manager", "friend", "speaker", "host",
+    "organizer", "participant", "traveler", "buyer", "seller", "landlord", "tenant",
+}  # fmt: skip
+_STREETS = (
+    "221 Baker Street", "1600 Amphitheatre Parkway", "742 Evergreen Terrace",
+    "12 Harbour Road", "88 Queen Street West", "350 Fifth Avenue", "4 Rue de Rivoli",
+)  # fmt: skip
+_STATES = {
+    "California": "CA", "Texas": "TX", "New York": "NY", "Washington": "WA", "Illinois": "IL",
+    "Florida": "FL", "Colorado": "CO", "Oregon": "OR", "Massachusetts": "MA",
+}  # fmt: skip
+_CURRENCY = ("USD", "EUR", "GBP", "JPY", "CAD", "AUD", "CHF")
+_PLACE_WORDS = {
+    "city",
+    "location",
+    "place",
+    "town",
+    "destination",
+    "origin",
+    "venue",
+    "locality",
+}
+_TOPIC_WORDS = {
+    "query", "keyword", "keywords", "q", "search", "term", "topic", "subject", "title",
+    "genre", "interest", "hobby",
+}  # fmt: skip
+_TEXT_WORDS = {
+    "content", "text", "message", "body", "comment", "note", "notes", "summary", "caption",
+    "review", "feedback", "thought", "reason",
+}  # fmt: skip
+
+
+def everyday(param: str, schema: dict[str, Any], rng: random.Random) -> str | None:
+    """Step 5: an everyday string for a parameter whose name says what it holds, for a tool
+    with no state to draw from and no value in its spec: a place ("Austin, TX", "Paris" —
+    with and without its region, as people write them), a street address, a zip code, a US
+    state, a stock ticker, an IP address, a phone number, a currency (or a pair), a country
+    or language (its name, or its code where the name or description says code or ISO), a
+    person's name (full, first, last) or a username, a company, a search phrase, a short
+    message, a label, a token or password, a one-time code. None: the name says none of
+    these (the caller falls back)."""
+    toks = set(name_tokens(param))
+    desc = _description(schema).lower()
+    coded = bool({"code", "iso", "alpha2"} & toks) or "iso" in desc or " code" in desc
+    if toks & {"token", "password", "passwd", "secret"} or {"api", "key"} <= toks:
+        return "".join(rng.choice("abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789")
+                       for _ in range(12))  # fmt: skip
+    if toks & {"otp", "pin"} or {"verification", "code"} <= toks:
+        return f"{rng.randint(0, 999999):06d}"
+    if toks & {"id", "ids", "uuid", "url", "email", "path", "file", "filename", "date", "time"}:
+        return None  # kinds of their own (or ids, which a pool gives)
+    if toks & {"ip", "ipv4"}:
+        return f"203.0.113.{rng.randint(2, 254)}"
+    if toks & {"phone", "mobile", "tel", "telephone"}:
+        return f"+1 415 555 {rng.randint(100, 999):04d}"
+    if toks & {"zip", "zipcode", "postal", "postcode"}:
+        return f"{rng.randint(10000, 99999)}"
+    if toks & {"address", "street"}:
+        return rng.choice(_STREETS)
+    if "currency" in toks:
+        a, b = rng.sample(_CURRENCY, 2)
+        return f"{a}/{b}" if "pair" in toks else a
+    if "state" in toks and (toks & {"name", "abbreviation", "code"} or "us state" in desc):
+        name = rng.choice(list(_STATES))
+        return _STATES[name] if toks & {"abbreviation", "code"} or coded else name
+    if toks & {"ticker", "symbol", "symbols"} and ("stock" in desc or "ticker" in toks):
+        return rng.choice(("AAPL", "MSFT", "TSLA", "NVDA", "AMZN", "GOOGL"))
+    if "country" in toks or "alpha2" in toks:
+        name = rng.choice(list(_COUNTRIES))
+        return _COUNTRIES[name] if coded else name
+    if toks & {"language", "lang", "locale"}:
+        name = rng.choice(list(_LANGUAGES))
+        return _LANGUAGES[name] if coded or "locale" in toks else name
+    first, last = rng.choice(_FIRST), rng.choice(_LAST)
+    if toks & {"username", "login", "handle", "nickname"} or toks == {"user"}:
+        return rng.choice([f"{first.lower()}{last[0].lower()}{rng.randint(1, 99)}",
+                           f"{first.lower()}_{last.lower()}"])  # fmt: skip
+    if "name" in toks and "first" in toks:
+        return first
+    if ("name" in toks and toks & {"last", "family", "sur"}) or "surname" in toks:
+        return last
+    if toks & _PERSON_ROLES or (
+        toks == {"name"} and re.search(r"\b(person|user|full name)\b", desc)
+    ):
+        return f"{first} {last}"
+    if toks & _PLACE_WORDS and "code" not in toks:
+        return rng.choice(_PLACES)
+    if toks & {"company", "organization", "organisation", "employer", "brand"}:
+        return rng.choice(_COMPANIES)
+    if toks & _TOPIC_WORDS:
+        return rng.choice(_TOPICS)
+    if toks & _TEXT_WORDS:
+        return rng.choice(_TEXTS)
+    if toks & {"tag", "tags", "category", "categories", "label"}:
+        return rng.choice(_LABELS)
+    return None

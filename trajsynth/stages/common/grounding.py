@@ -16,7 +16,9 @@ domain itself, and the calls are executed in order:
    flights); the other required parameters are drawn together from one state record that
    holds several of them (``origin``, ``destination`` and ``date`` from one flight, so the
    search finds it), else from the pool of that name, the example tasks, the ``enum``, or a
-   value of the schema's type (dates from the state's dates, numbers within the bounds);
+   value of the schema's type (dates from the state's dates, numbers within the bounds; a
+   string that people would write as a place, a name, an email or a search phrase, where
+   the parameter's name says so: ``envs.values.everyday`` and its kinds, else two words);
    an optional parameter is given with probability ``optional_p``. An environment that
    gives value hints (``Environment.value_hints()``: a real server with no state to read)
    also offers, for each parameter, the values its spec names and the values of its kind
@@ -50,7 +52,7 @@ from typing import Any
 from ...core.jsonvalues import json_fields
 from ...envs.base import Environment
 from ...envs.spec import ToolSpec
-from ...envs.values import Known, fits_kind, invent, kind, paths_for, suggested
+from ...envs.values import Known, everyday, fits_kind, invent, kind, paths_for, suggested
 from ...envs.verifiers.schema import type_ok
 from ...graph.ops import PathCall
 from ...graph.signature import SignatureGraph, resolve_field
@@ -238,7 +240,11 @@ class ValuePool:
             return rng.choice(self.dates) if self.dates else "2025-07-01"
         if "hh:mm" in desc or "time" in param:
             return f"{rng.choice([9, 10, 11, 13, 14, 15, 16]):02d}:{rng.choice(['00', '30'])}"
-        return " ".join(rng.sample(_WORDS, 2))
+        # a value people pass where the name says what it holds (a city, a username, an
+        # email), else two words: a quarter of a benchmark run's call values were word pairs
+        # ("budget draft" for a city, a language and an email) before
+        made = everyday(param, schema, rng) or (None if self.learns else invent(param, schema, rng))
+        return made if made is not None else " ".join(rng.sample(_WORDS, 2))
 
     def _draw(self, param: str, schema: dict[str, Any], rng: random.Random) -> Any:
         pool = self.candidates("", param, schema)
