@@ -44,7 +44,9 @@ PIPELINE = {
             "id": "tasks",
             "uses": "magnet_tasks",
             "with": {
-                "tasks_per_domain": 3,
+                # 4 a domain: enough rollouts that the teacher writes malformed calls
+                # (at 3, one draw of the values had none)
+                "tasks_per_domain": 4,
                 "domains": ["travel", "commerce"],
                 "graph": {"similarity": "lexical"},
             },
