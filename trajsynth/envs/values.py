@@ -454,16 +454,7 @@ _STATES = {
     "Florida": "FL", "Colorado": "CO", "Oregon": "OR", "Massachusetts": "MA",
 }  # fmt: skip
 _CURRENCY = ("USD", "EUR", "GBP", "JPY", "CAD", "AUD", "CHF")
-_PLACE_WORDS = {
-    "city",
-    "location",
-    "place",
-    "town",
-    "destination",
-    "origin",
-    "venue",
-    "locality",
-}
+_PLACE_WORDS = {"city", "location", "place", "town", "destination", "origin", "venue", "locality"}
 _TOPIC_WORDS = {
     "query", "keyword", "keywords", "q", "search", "term", "topic", "subject", "title",
     "genre", "interest", "hobby",
