@@ -497,7 +497,7 @@ def everyday(param: str, schema: dict[str, Any], rng: random.Random) -> str | No
         return f"{a}/{b}" if "pair" in toks else a
     if "state" in toks and (toks & {"name", "abbreviation", "code"} or "us state" in desc):
         name = rng.choice(list(_STATES))
-        return _STATES[name] if toks & {"abbreviation", "code"} or coded else name
+        return _STATES[name] if "abbreviation" in toks or coded else name
     if toks & {"ticker", "symbol", "symbols"} and ("stock" in desc or "ticker" in toks):
         return rng.choice(("AAPL", "MSFT", "TSLA", "NVDA", "AMZN", "GOOGL"))
     if "country" in toks or "alpha2" in toks:

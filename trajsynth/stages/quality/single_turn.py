@@ -185,9 +185,17 @@ def _words(tool: Any) -> set[str]:
     return set(split_words(f"{fn.get('name', '')} {fn.get('description', '')}".lower()))
 
 
+def _tools(row: Trajectory) -> list[Any]:
+    return row.tools if isinstance(row.tools, list) else []
+
+
 def _names(row: Trajectory) -> set[str]:
-    tools = row.tools if isinstance(row.tools, list) else []
-    return {str(_function(t).get("name", "")) for t in tools}
+    return {str(_function(t).get("name", "")) for t in _tools(row)}
+
+
+def _called(view: Trajectory) -> set[str]:
+    """The names the view's last message calls."""
+    return {c.name for c in view.messages[-1].tool_calls or []}
 
 
 def _alike(a: set[str], b: set[str]) -> bool:
@@ -197,8 +205,8 @@ def _alike(a: set[str], b: set[str]) -> bool:
 def focused_view(view: Trajectory) -> Trajectory | None:
     """Step 4: ``view`` (a call view) offering only the functions it calls, in their order;
     None when it offers nothing else (or a called function is not offered)."""
-    called = {c.name for c in view.messages[-1].tool_calls or []}
-    tools = view.tools if isinstance(view.tools, list) else []
+    called = _called(view)
+    tools = _tools(view)
     kept = [t for t in tools if _function(t).get("name") in called]
     if not called or len(kept) < len(called) or len(kept) == len(tools):
         return None
@@ -212,8 +220,8 @@ def withheld_view(
     answered with no call; None when no offered function would be left (or a called one is
     not offered). ``others`` ((domain, tool) pairs offered elsewhere): each function taken
     out is replaced in its place by one of another domain, none alike to what went."""
-    called = {c.name for c in view.messages[-1].tool_calls or []}
-    tools = view.tools if isinstance(view.tools, list) else []
+    called = _called(view)
+    tools = _tools(view)
     gone = [t for t in tools if _function(t).get("name") in called]
     if not called or len(gone) < len(called):
         return None
@@ -266,7 +274,7 @@ def _offered(rows: list[Trajectory]) -> list[tuple[str, Any]]:
     """Every function offered in ``rows``, once by (domain, name), in first-seen order."""
     seen: dict[tuple[str, str], Any] = {}
     for row in rows:
-        for t in row.tools if isinstance(row.tools, list) else []:
+        for t in _tools(row):
             seen.setdefault((row.domain, str(_function(t).get("name", ""))), t)
     return [(domain, t) for (domain, _), t in seen.items()]
 
@@ -294,8 +302,8 @@ class SingleTurn(MapStage[SingleTurnConfig]):
                 else:
                     kind = decision_class(view)  # 3)
                     variants: list[tuple[Trajectory, tuple[str, ...]]] = [(view, ())]
-                    pick = random.Random(ctx.row_seed("focus", row.id))
-                    if kind != "none" and self.config.focus and pick.random() < self.config.focus:
+                    focus = self.config.focus if kind != "none" else 0.0
+                    if focus and random.Random(ctx.row_seed("focus", row.id)).random() < focus:
                         focused = focused_view(view)  # 4)
                         if focused is not None:
                             variants.append((focused, ("focus",)))
