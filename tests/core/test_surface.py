@@ -48,6 +48,16 @@ def test_numbers_are_whole_numbers_not_digits_inside_others() -> None:
     assert not stated(5001, "5k")
 
 
+def test_a_unit_written_against_a_number_is_that_number() -> None:
+    assert find(440, "notes of 440Hz and 880Hz") == "unit" and find(880, "of 880Hz") == "unit"
+    assert find(20, "a wall 20ft wide.") == "unit" and find(2.5, "about 2.5kg") == "unit"
+    assert find(5000, "at 5,000m up") == "unit"  # thousands and a unit
+    assert find(20, "a wall 20 ft wide") == "verbatim" and find(999, "for $999") == "verbatim"
+    # only unit symbols, in their case: not "5k", "2nd", "5M", "20fts", nor digits of another
+    assert not stated(5, "5M") and not stated(2, "the 2nd") and not stated(20, "20fts")
+    assert not stated(5001, "5k") and not stated(40, "440Hz") and not stated(5, "2.5kg")
+
+
 def test_strings_lists_objects_and_flags() -> None:
     assert stated("Paris", "from paris") and not stated("Paris", "Parisian food")
     assert stated(["c_dana", "c_raj"], "invite c_dana and c_raj")

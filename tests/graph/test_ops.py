@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
+from collections import Counter
 
 import pytest
 
@@ -225,6 +226,28 @@ def test_bundled_paths_stay_legal(travel) -> None:
             assert sum(x.tool == c.tool and x.replica_of is None for x in calls) == 1
             assert all(b.source != c.uid for x in calls for b in x.bindings)
     assert bundled >= 30
+
+
+def test_bundle_adds_up_to_most_requests_and_never_past_max_calls(travel) -> None:
+    added: Counter[int] = Counter()
+    for seed in range(60):
+        single = to_turns([PathCall(0, "search_flights")])
+        out = bundle(travel, single, random.Random(seed), p=1.0, most=3)
+        alone = [c for c in out.calls() if c.independent]
+        added[len(alone)] += 1
+        assert problems(travel, out) == [], seed
+        assert len({c.tool for c in out.calls()}) == len(out.calls())  # each another function
+        assert len(out.turns[0].steps()) == 1  # one step calls them all
+        assert out.log.count("bundle:1") == len(alone)
+        capped = bundle(travel, single, random.Random(seed), p=1.0, most=3, max_calls=2)
+        assert len(capped.calls()) <= 2
+    assert set(added) == {1, 2, 3}  # a number drawn from 1..most
+    # most = 1 draws as Bundle always did: one request
+    assert all(
+        sum(c.independent for c in bundle(travel, to_turns([PathCall(0, "search_flights")]),
+                                          random.Random(s), p=1.0).calls()) == 1
+        for s in range(20)
+    )  # fmt: skip
 
 
 def test_split_param_and_func(tiny) -> None:

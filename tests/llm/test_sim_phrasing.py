@@ -23,7 +23,7 @@ from trajsynth.core.task import GoldCall, GoldTurn, GroundTruth
 from trajsynth.envs.importers.bfcl import read_entries
 from trajsynth.llm.base import ChatRequest
 from trajsynth.llm.sim import SimBackend, SimConfig, SkillProfile
-from trajsynth.llm.sim.phrasing import names_tool, quotes_description
+from trajsynth.llm.sim.phrasing import names_tool, quotes_description, unit_of
 
 WRITER = SimBackend(SimConfig(), role="query_writer")
 
@@ -113,6 +113,35 @@ def test_tau_bench_requests_never_quote_and_state_every_value(tau) -> None:
                 qs = write(steps, tools, seed=i, **{k: v for k, v in meta.items() if v})
                 problems += _check(steps, tools, qs)
     assert problems == [], problems[:5]
+
+
+def test_numbers_carry_the_unit_their_description_gives() -> None:
+    assert unit_of("width", "Width of the wall in feet.", money=False) == ("ft", "feet")
+    assert unit_of("freq", "The note's frequency (Hz).", money=False) == ("Hz", "hertz")
+    assert unit_of("price", "Ticket price in USD", money=False) == ("$", "dollars")
+    assert unit_of("size", "Size in meters or feet", money=False) is None  # either: neither
+    assert unit_of("budget", "Daily budget.", money=True) == ("$", "dollars")
+    assert unit_of("budget", "Daily budget.", money=False) is None  # the tool takes a currency
+    assert unit_of("count", "How many results.", money=True) is None
+    props = {
+        "width": {"type": "integer", "description": "Width of the wall in feet."},
+        "tone": {"type": "number", "description": "Frequency of the tone in Hz."},
+        "budget": {"type": "integer", "description": "What it may cost."},
+    }
+    tools = [{"type": "function", "function": {
+        "name": "paint_estimate", "description": "Estimate the paint a wall needs.",
+        "parameters": {"type": "object", "properties": props}}}]  # fmt: skip
+    call = GoldCall(name="paint_estimate", arguments={"width": 20, "tone": 440.5, "budget": 5000})
+    queries = [q for s in range(40) for q in write([[call]], tools, seed=s)]
+    assert _check([[call]], tools, queries) == []  # every value still stated
+    said = Counter(
+        unit for q in queries
+        for unit in ("20ft", "20 ft", "20 feet", "440.5Hz", "440.5 Hz", "440.5 hertz", "$5")
+        if unit in q
+    )  # fmt: skip
+    assert sum(said.values()) > len(queries)  # most numbers with their unit, in several forms
+    assert said["20ft"] and said["20 feet"] and said["440.5Hz"] and said["$5"]
+    assert any(find(20, q) == "unit" for q in queries)
 
 
 def test_values_keep_mostly_verbatim_and_transform_unambiguously(bfcl) -> None:

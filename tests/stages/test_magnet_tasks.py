@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -289,6 +290,23 @@ def test_bundle_asks_for_two_unrelated_things_in_one_turn() -> None:
             assert env.call(c.name, c.arguments).ok
         assert env.state_hash() == gt.final_state_hash
     assert bundled >= 15
+
+
+def test_bundle_max_asks_for_up_to_four_functions_in_one_step() -> None:
+    rows, _ = synthesize(
+        tasks_per_domain=4, walk_steps=1, bundle_p=1.0, bundle_max=3, max_calls=4, split_p=0.0,
+        magnify_p=0.0, connect_p=0.0, insert_p=0.0, distractors=(0, 1),
+    )  # fmt: skip
+    widths: Counter[int] = Counter()
+    for r in rows:
+        gt = GroundTruth.from_json(r.ground_truth)
+        step = gt.turns[0].steps[0]
+        names = [c.name for c in step]
+        widths[len(set(names))] += 1
+        assert len(set(names)) == len(names) <= 4  # each another function, never past max_calls
+        assert set(names) <= {t["function"]["name"] for t in r.tools}
+        assert gt.extra["operations"].count("bundle:1") == len(names) - 1
+    assert widths[2] and widths[3] and widths[4]  # one to three requests beside the first
 
 
 def test_irrelevant_tasks_offer_no_tool_that_fits() -> None:

@@ -17,6 +17,9 @@ number_word    integer 2..10                        "two" ... "ten"
 thousands      integer (or whole float) ≥ 1,000     "5,000"; a whole number of thousands
                                                     below a million also "5k"
 currency_name  ISO code of a major currency         "euros", "US dollars", "Japanese yen", ...
+unit           a number                             with a unit symbol written against it:
+                                                    "20ft", "440Hz", "2.5kg" (a unit after a
+                                                    space, "$" before, "%" after: verbatim)
 =============  ===================================  ==========================================
 
 Lists are stated item by item (each item in any of its forms), objects value by value. A
@@ -47,7 +50,7 @@ from .text import split_words
 __all__ = ["FORMS", "find", "forms", "other_form", "param_words", "stated", "verbatim", "write"]
 
 #: every form a value may be written in (see the module docstring)
-FORMS = ("verbatim", "date_long", "time_12h", "number_word", "thousands", "currency_name")
+FORMS = ("verbatim", "date_long", "time_12h", "number_word", "thousands", "currency_name", "unit")
 
 _MONTHS = [
     "January", "February", "March", "April", "May", "June",
@@ -175,6 +178,20 @@ def _number_in(n_text: str, text: str) -> bool:
     return re.search(pattern, text) is not None
 
 
+#: unit symbols a person writes against a number ("20ft", "440Hz"); case matters ("m", "M")
+GLUED_UNITS = (
+    "ft", "m", "cm", "mm", "km", "mi", "kg", "g", "mg", "lb", "lbs", "oz", "Hz", "kHz", "MHz",
+    "GHz", "L", "ml", "mL", "W", "kW", "kWh", "V", "mph", "K", "s", "ms", "GB", "MB", "TB",
+)  # fmt: skip
+_GLUED = "|".join(sorted(GLUED_UNITS, key=len, reverse=True))
+
+
+def _unit_in(n_text: str, text: str) -> bool:
+    """The number with a unit symbol against it ("440Hz"), not inside a longer number."""
+    pattern = rf"(?<![\w.])(?<!\d,){re.escape(n_text)}(?:{_GLUED})(?!\w)"
+    return re.search(pattern, text) is not None
+
+
 def _string_in(value: str, text: str) -> bool:
     """Case-insensitive match that does not start or end inside a word."""
     if not value:
@@ -234,10 +251,15 @@ def _scalar(value: Any, text: str) -> str | None:
             or (n % 1000 == 0 and re.search(rf"(?<![\w.]){n // 1000}k\b", text, re.I))
         ):
             return "thousands"
+        if any(_unit_in(c, text) for c in {*candidates, f"{n:,}"}):  # "5,000m" too
+            return "unit"
         return None
     if isinstance(value, float):
-        if any(_number_in(c, text) for c in {str(value), f"{value:g}", repr(value)}):
+        candidates = {str(value), f"{value:g}", repr(value)}
+        if any(_number_in(c, text) for c in candidates):
             return "verbatim"
+        if any(_unit_in(c, text) for c in candidates):
+            return "unit"
         return None
     return "verbatim" if _string_in(verbatim(value), text) else None
 

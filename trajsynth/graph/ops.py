@@ -516,26 +516,39 @@ def bundle(
     *,
     p: float = 0.3,
     max_calls: int | None = None,
+    most: int = 1,
     tries: int = 8,
 ) -> FSP:
-    """Bundle: a second request in a turn that shares nothing with the first ("find flights to
-    Oslo, and convert 30 euros to dollars": BFCL's *parallel_multiple*, where one turn calls
-    several functions none of which waits for another). With probability ``p``, a call of a
-    function the path does not use, taking no value from it and giving none (``independent``),
-    is put at the start of a random tool turn, so that the turn's first step calls it beside
-    the turn's first call. A function is drawn until the path stays legal (rule 4: no earlier
-    call produces a value it needs, it produces none a later call needs; ``tries`` draws);
-    none is added when none fits, or when the path already has ``max_calls`` calls.
-    Not in Magnet, whose walks connect every call of a task by data flow."""
+    """Bundle: requests in a turn that share nothing with the rest ("find flights to Oslo,
+    and convert 30 euros to dollars": BFCL's *parallel_multiple*, where one turn calls
+    several functions none of which waits for another). With probability ``p``, 1 to
+    ``most`` calls (a number drawn uniformly; none drawn when ``most`` is 1) of functions the
+    path does not use, each taking no value from it and giving none (``independent``), are
+    put one by one at the start of a random tool turn, so that the turn's first step calls
+    them beside the turn's first call. A function is drawn until the path stays legal (rule
+    4: no earlier call produces a value it needs, it produces none a later call needs;
+    ``tries`` draws); none is added when none fits, and no more once the path has
+    ``max_calls`` calls. Not in Magnet, whose walks connect every call of a task by data
+    flow."""
     if rng.random() >= p:
         return fsp
-    if max_calls is not None and len(fsp.calls()) >= max_calls:
-        return fsp
+    for _ in range(rng.randint(1, most) if most > 1 else 1):
+        if max_calls is not None and len(fsp.calls()) >= max_calls:
+            break
+        added = _bundle_one(graph, fsp, rng, tries)
+        if added is None:
+            break
+        fsp = added
+    return fsp
+
+
+def _bundle_one(graph: SignatureGraph, fsp: FSP, rng: random.Random, tries: int) -> FSP | None:
+    """One independent call at the start of a random tool turn, or None when none fits."""
     at = [i for i, t in enumerate(fsp.turns) if t.kind == "tool" and t.missing is None]
     every = fsp.calls(executed=False)
     spare = sorted(set(graph.functions) - {c.tool for c in every})
     if not at or not spare:
-        return fsp
+        return None
     i = rng.choice(at)
     uid = _next_uid(every)
     for tool in rng.sample(spare, min(tries, len(spare))):
@@ -545,7 +558,7 @@ def bundle(
         out = FSP(turns=tuple(turns), log=(*fsp.log, "bundle:1"))
         if not problems(graph, out):
             return out
-    return fsp
+    return None
 
 
 def fan_out(fsp: FSP, rng: random.Random, *, p: float = 0.3, copies: int = 2) -> FSP:

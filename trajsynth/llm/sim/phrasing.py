@@ -9,7 +9,9 @@ of its description's words: :func:`compose_query` redraws a request that repeats
 the last draw only when every redraw fails. Every value a call needs is stated, in a form a
 careful reader maps back to exactly that value (:mod:`trajsynth.core.surface`: verbatim for
 most values, "March 5, 2024" for a date, "two" for 2, ...), with the words a person uses for
-it: "from Paris to Rome", "on May 1, 2026", "for 3 nights", "a base of 10", "my email is ...".
+it: "from Paris to Rome", "on May 1, 2026", "for 3 nights", "a base of 10", "my email is ...",
+and a number with the unit its parameter's description gives ("a width of 20ft", "440 Hz";
+dollars for a money parameter of a tool that takes no currency: "a budget of $5,000").
 Values an earlier call returns are referred to ("the booking id from that result"), not
 repeated. The draws vary the sentence form (imperative, question, "I'm trying to ...", values
 first, context first), the order of the values, how calls are joined, the persona's opener
@@ -483,6 +485,33 @@ _UNIT_SUFFIX = {
     "weeks": "weeks", "months": "months", "years": "years", "km": "km", "kg": "kg",
     "miles": "miles", "meters": "meters", "percent": "%", "pct": "%",
 }  # fmt: skip
+#: a unit a parameter's description names ("Width of the wall in feet", "Frequency in Hz"):
+#: word → (symbol written against the number or "", the unit in words)
+_DESC_UNITS = {
+    "feet": ("ft", "feet"), "foot": ("ft", "feet"), "ft": ("ft", "feet"),
+    "inches": ("", "inches"), "meters": ("m", "meters"), "metres": ("m", "meters"),
+    "centimeters": ("cm", "centimeters"), "cm": ("cm", "centimeters"),
+    "millimeters": ("mm", "millimeters"), "mm": ("mm", "millimeters"),
+    "kilometers": ("km", "kilometers"), "km": ("km", "kilometers"), "miles": ("", "miles"),
+    "kilograms": ("kg", "kilograms"), "kg": ("kg", "kilograms"), "grams": ("g", "grams"),
+    "pounds": ("lbs", "pounds"), "lbs": ("lbs", "pounds"), "hz": ("Hz", "hertz"),
+    "hertz": ("Hz", "hertz"), "liters": ("L", "liters"), "litres": ("L", "liters"),
+    "mph": ("mph", "miles per hour"), "watts": ("W", "watts"), "kelvin": ("K", "Kelvin"),
+    "celsius": ("", "degrees Celsius"), "fahrenheit": ("", "degrees Fahrenheit"),
+    "seconds": ("", "seconds"), "minutes": ("", "minutes"), "hours": ("", "hours"),
+    "days": ("", "days"), "years": ("", "years"), "gb": ("GB", "GB"), "mb": ("MB", "MB"),
+    "dollars": ("$", "dollars"), "usd": ("$", "dollars"),
+}  # fmt: skip
+_UNIT_ALT = "|".join(sorted(_DESC_UNITS, key=len, reverse=True))
+#: "in feet", "as US dollars", "in units of Hz", "(km)"
+_DESC_UNIT_RE = re.compile(
+    rf"\b(?:in|of|as)\s+(?:the\s+)?(?:units?\s+of\s+)?(?:us\s+)?({_UNIT_ALT})\b|\(({_UNIT_ALT})\)",
+    re.I,
+)
+_UNIT_WORD_RE = re.compile(rf"\b({_UNIT_ALT})\b", re.I)
+#: parameters that hold money when the tool takes no currency ("a budget of $200")
+_MONEY = {"price", "cost", "amount", "income", "salary", "budget", "fee", "principal", "rent",
+          "investment", "payment", "revenue", "spend", "spending", "deposit", "loan"}  # fmt: skip
 _PLACE = {"city", "location", "place", "country", "region", "town", "venue", "state", "area"}
 _UNITISH = {"unit", "units", "format", "currency", "language", "scale", "system"}
 _QUERYISH = {"query", "keyword", "keywords", "term", "q", "search", "pattern"}
@@ -540,8 +569,46 @@ def _flag(pw: str, value: bool | None, rng: random.Random) -> str:
     return rng.choice([f"with {pw} off", f"{pw}: no", f"with {pw} turned off"])
 
 
-def _slot(param: str, value: Any, rng: random.Random, *, derived: bool) -> Slot:
-    """How a user states one argument (see the module docstring)."""
+def unit_of(param: str, description: str, money: bool) -> tuple[str, str] | None:
+    """The unit a number for ``param`` is in, as (symbol, words): the unit its description
+    gives ("The width in feet" → ("ft", "feet"); none when it names two units), else
+    dollars for a money parameter ("budget", "loan_amount") of a tool that takes no currency
+    (``money``)."""
+    found = {
+        _DESC_UNITS[(m.group(1) or m.group(2)).lower()]
+        for m in _DESC_UNIT_RE.finditer(description or "")
+    }
+    named = {_DESC_UNITS[w.lower()] for w in _UNIT_WORD_RE.findall(description or "")}
+    if len(found) == 1 and len(named) == 1:  # "in meters or feet": either, so neither
+        return found.pop()
+    words = (param_words(param) or param).split()
+    if not found and money and words and words[-1] in _MONEY:
+        return ("$", "dollars")
+    return None
+
+
+def _with_unit(shown: str, unit: tuple[str, str], rng: random.Random) -> str:
+    """A number with its unit as people write it: "$5,000", "20ft", "440 Hz", "3 miles"."""
+    symbol, words = unit
+    bare = re.fullmatch(r"[\d.,]+", shown) is not None  # not "5k", not "two"
+    if symbol == "$":
+        return f"${shown}" if bare and rng.random() < 0.8 else f"{shown} {words}"
+    options = [f"{shown} {words}"]
+    if symbol and bare:
+        options += [f"{shown}{symbol}", f"{shown}{symbol}", f"{shown} {symbol}"]
+    return rng.choice(options)
+
+
+def _slot(
+    param: str,
+    value: Any,
+    rng: random.Random,
+    *,
+    derived: bool,
+    unit: tuple[str, str] | None = None,
+) -> Slot:
+    """How a user states one argument (see the module docstring); ``unit``: the unit a
+    number for it is in (:func:`unit_of`), said with it most of the time."""
     pw = param_words(param) or param
     words = pw.split()
     last = words[-1]
@@ -589,9 +656,24 @@ def _slot(param: str, value: Any, rng: random.Random, *, derived: bool) -> Slot:
     def slot(text: str, kind: str = "prep") -> Slot:
         return Slot(param, text, statement, kind)
 
-    unit = _UNIT_SUFFIX.get(last) if numeric and len(words) > 1 else None
-    if unit:
-        amount = f"{shown}%" if unit == "%" else f"{shown} {unit}"
+    if (
+        unit is not None
+        and numeric
+        and value >= 0
+        and form != "number_word"
+        and last not in _UNIT_SUFFIX  # "distance_km" says its unit already
+        and not count
+        and rng.random() < 0.7
+    ):
+        amount = _with_unit(shown, unit, rng)  # "a width of 20ft", "budget $5,000"
+        statement = f"the {pw} is {amount}"
+        options = [f"{pw} {amount}", f"the {pw} at {amount}"]
+        if not _plural(last):
+            options.append(f"{_a(pw)} of {amount}")
+        return slot(rng.choice(options), "group")
+    suffix = _UNIT_SUFFIX.get(last) if numeric and len(words) > 1 else None
+    if suffix:
+        amount = f"{shown}%" if suffix == "%" else f"{shown} {suffix}"
         base = " ".join(words[:-1])
         base = re.sub(rf"(\s+({'|'.join(_NAME_PREP)}))+$", "", base) or base  # "time in years"
         statement = f"the {base} is {amount}"
@@ -782,8 +864,12 @@ def _clause(
         said += rng.choice([f" on {intent.source}", f" from {intent.source}"])
     clause = _Clause(call.name, intent, verb, said)
     head = said.split()[-1]
+    props = info.properties if info else {}
+    money = not any("currency" in (param_words(p) or p) for p in props)
     for k, v in call.arguments.items():
-        slot = _slot(k, v, rng, derived=_derived(v, outputs))
+        about = props.get(k) if isinstance(props.get(k), dict) else {}
+        unit = unit_of(k, str(about.get("description") or ""), money)
+        slot = _slot(k, v, rng, derived=_derived(v, outputs), unit=unit)
         pw = param_words(k)
         ent = _entity(pw)
         names_it = (ent and head in (ent, ent + "s")) or (pw == "path" and head in _PATHISH)

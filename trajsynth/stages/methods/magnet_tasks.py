@@ -14,9 +14,9 @@ tools, when that is more):
    MAGNIFY of one call (probability ``magnify_p``) and CONNECT to an unlinked function
    (``connect_p``), cut to ``max_calls``;
 3) turns and node operations, in Magnet's order: one turn per call, Merge (``merge_p``,
-   Magnet's p = 0.3), Insert (``insert_p``), then ours: Bundle (``bundle_p``: a second,
-   independent request in a turn) and fan-out (``parallel_p``: a call again with other
-   values), then Split (``split_p``: a miss-param or miss-func turn). The path must be
+   Magnet's p = 0.3), Insert (``insert_p``), then ours: Bundle (``bundle_p``: one to
+   ``bundle_max`` independent requests in a turn) and fan-out (``parallel_p``: a call again
+   with other values), then Split (``split_p``: a miss-param or miss-func turn). The path must be
    legal (:func:`~trajsynth.graph.problems`) or it is counted and skipped;
 4) execution: the calls run turn by turn in a fresh environment, arguments grounded in its
    state and earlier outputs threaded into later inputs (:mod:`.grounding`); a candidate
@@ -171,6 +171,14 @@ class MagnetTasksConfig(StageConfig):
         description="Bundle probability per task: a tool turn also carries a request of its "
         "own, a call of another function that shares no value with the path (BFCL's "
         "parallel_multiple: several functions called in one step; 0: never).",
+    )
+    bundle_max: int = Field(
+        1,
+        ge=1,
+        le=4,
+        description="Bundle: requests added at most, a number drawn from 1..this per bundled "
+        "task (BFCL's parallel_multiple asks for up to four functions in one turn), never "
+        "past max_calls.",
     )
     irrelevant_p: float = Field(
         0.0,
@@ -359,7 +367,9 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         if len(fsp.calls()) > cfg.max_calls:
             fsp = _cut_fsp(graph, fsp, cfg.max_calls)
         if cfg.bundle_p:
-            fsp = bundle(graph, fsp, rng, p=cfg.bundle_p, max_calls=cfg.max_calls)
+            fsp = bundle(
+                graph, fsp, rng, p=cfg.bundle_p, max_calls=cfg.max_calls, most=cfg.bundle_max
+            )
         if cfg.parallel_p:
             fsp = fan_out(fsp, rng, p=cfg.parallel_p, copies=cfg.parallel_copies)
         if rng.random() < cfg.split_p:
