@@ -121,3 +121,25 @@ def test_everyday_values_where_the_name_says_what_it_holds() -> None:
     assert pool.invent("city", s, rng)[0].isupper()
     assert pool.invent("email", s, rng).endswith("@example.com")
     assert len(pool.invent("status", s, rng).split()) == 2
+
+
+def test_an_invented_list_has_several_items_within_its_bounds() -> None:
+    from trajsynth.stages.common.grounding import ValuePool
+
+    rng, pool = random.Random(0), ValuePool({}, {})
+    numbers = {"type": "array", "items": {"type": "integer"}}
+    lists = [pool.invent("numbers", numbers, rng) for _ in range(60)]
+    assert all(isinstance(x, int) for lst in lists for x in lst)
+    sizes = {len(lst) for lst in lists}
+    assert 1 in sizes and max(sizes) >= 4 and max(sizes) <= 6  # one item was all there was
+    bounded = {**numbers, "minItems": 2, "maxItems": 3}
+    assert {len(pool.invent("numbers", bounded, rng)) for _ in range(30)} == {2, 3}
+    words = [pool.invent("tags", {"type": "array", "items": {"type": "string"}}, rng)
+             for _ in range(30)]  # fmt: skip
+    assert all(len(set(w)) == len(w) for w in words) and max(map(len, words)) > 1
+    enum = {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c", "d"]}}
+    picks = [pool.invent("details", enum, rng) for _ in range(30)]
+    assert all(len(set(p)) == len(p) <= 3 and set(p) <= set("abcd") for p in picks)
+    assert max(map(len, picks)) > 1
+    objects = {"type": "array", "items": {"type": "object", "properties": {}}}
+    assert pool.invent("rows", objects, rng) == [{}]  # one object, as before

@@ -144,6 +144,22 @@ def test_numbers_carry_the_unit_their_description_gives() -> None:
     assert any(find(20, q) == "unit" for q in queries)
 
 
+def test_a_list_of_numbers_is_said_in_digits_often_in_brackets() -> None:
+    props = {"group_a": {"type": "array", "items": {"type": "integer"}},
+             "group_b": {"type": "array", "items": {"type": "number"}}}  # fmt: skip
+    tools = [{"type": "function", "function": {
+        "name": "compare_groups", "description": "Compare the means of two samples.",
+        "parameters": {"type": "object", "properties": props}}}]  # fmt: skip
+    call = GoldCall(name="compare_groups", arguments={"group_a": [3, 4, 5, 6, 4],
+                                                      "group_b": [7.5, 8, 9.25]})  # fmt: skip
+    queries = [q for s in range(30) for q in write([[call]], tools, seed=s)]
+    assert _check([[call]], tools, queries) == []
+    assert not any(w in q for q in queries for w in ("three", "four", "five", "six"))
+    brackets = sum("[3, 4, 5, 6, 4]" in q for q in queries)
+    assert 0.2 * len(queries) < brackets < 0.7 * len(queries)  # as BFCL writes them, or in words
+    assert any("3, 4, 5, 6 and 4" in q or "3, 4, 5, 6, and 4" in q for q in queries)
+
+
 def test_values_keep_mostly_verbatim_and_transform_unambiguously(bfcl) -> None:
     forms: Counter[str] = Counter()
     for i, (steps, tools) in enumerate(bfcl):

@@ -628,11 +628,17 @@ def _slot(
         body = _nested(value)
         return Slot(param, f"{pw} {body}", f"the {pw} is {body}")
     if isinstance(value, list):
-        shown_items = []
-        for v in value:
-            _, t = write_value(v, rng, transform_p=0.3)
-            shown_items.append(_quoted(t, rng) if isinstance(v, str) and " " in t else t)
-        joined = _and(shown_items, rng) if shown_items else "none"
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        if numbers and len(value) > 1:  # digits, never "three, 4 and 5"; often as BFCL: [3, 4]
+            items = [verbatim(v) for v in value]
+            bracket = rng.random() < 0.4
+            joined = "[" + ", ".join(items) + "]" if bracket else _and(items, rng)
+        else:
+            shown_items = []
+            for v in value:
+                _, t = write_value(v, rng, transform_p=0.3)
+                shown_items.append(_quoted(t, rng) if isinstance(v, str) and " " in t else t)
+            joined = _and(shown_items, rng) if shown_items else "none"
         be = "are" if len(value) != 1 else "is"
         statement = rng.choice([f"the {pw} {be} {joined}", f"{pw}: {joined}"])
         if last == "ids" and ent in _PEOPLE:

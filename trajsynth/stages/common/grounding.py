@@ -231,7 +231,7 @@ class ValuePool:
             )
             if pool:
                 return rng.sample(pool, min(len(pool), rng.randint(1, 2)))
-            return [self.invent(single, items, rng)]
+            return self._invent_list(single, schema, items, rng)
         if t == "object":  # the required fields, each drawn like a parameter of its name
             props = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
             required = [r for r in schema.get("required") or [] if r in props]
@@ -245,6 +245,29 @@ class ValuePool:
         # ("budget draft" for a city, a language and an email) before
         made = everyday(param, schema, rng) or (None if self.learns else invent(param, schema, rng))
         return made if made is not None else " ".join(rng.sample(_WORDS, 2))
+
+    def _invent_list(
+        self, single: str, schema: dict[str, Any], items: dict[str, Any], rng: random.Random
+    ) -> list[Any]:
+        """A list of invented items: several numbers or words where the items are scalars
+        (BFCL states "[3, 4, 5, 6, 4]"; a list was always one item before), within
+        ``minItems``..``maxItems``; distinct choices of an enum; one object or list."""
+        lo = max(1, int(schema.get("minItems") or 1))
+        hi = max(lo, min(int(schema.get("maxItems") or 6), 6))
+        if isinstance(items.get("enum"), list) and items["enum"]:
+            choices = list(items["enum"])
+            return rng.sample(choices, min(len(choices), rng.randint(lo, max(lo, min(hi, 3)))))
+        if items.get("type") not in ("integer", "number", "string"):
+            return [self.invent(single, items, rng)]
+        n = rng.randint(lo, hi) if rng.random() < 0.7 else lo
+        out: list[Any] = []
+        for _ in range(n * 3):
+            item = self.invent(single, items, rng)
+            if item not in out or items.get("type") != "string":  # numbers may repeat
+                out.append(item)
+            if len(out) == n:
+                break
+        return out
 
     def _draw(self, param: str, schema: dict[str, Any], rng: random.Random) -> Any:
         pool = self.candidates("", param, schema)
