@@ -246,3 +246,36 @@ def test_sft_on_500_trajectories_learns_format_and_tool_choice(tmp_path: Path) -
     assert rep.tasks == 100
     assert rep.overall["format_errors"] <= 0.05
     assert rep.overall["tool_match"] >= 0.8, rep.overall
+
+
+def test_train_layers_trains_the_top_blocks_in_full_and_freezes_the_rest() -> None:
+    """``train_layers``: the top blocks and the final norm take a step; the tied embeddings
+    (the output head) and the blocks below do not, and the backward pass never reaches them
+    (no gradient is even computed there)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trajsynth.train.modeling import train_top_blocks
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(
+        LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                    num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                    tie_word_embeddings=True)
+    )  # fmt: skip
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainable = train_top_blocks(model, 1)
+    per_block = sum(p.numel() for p in model.model.layers[3].parameters())
+    assert trainable == per_block + model.model.norm.weight.numel()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    ids = torch.randint(0, 64, (2, 12))
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and all(n.startswith(("model.layers.3.", "model.norm.")) for n in moved)
+    assert all(p.grad is None for n, p in model.named_parameters() if n not in moved)
+    assert "model.embed_tokens.weight" not in moved
+
+
+def test_train_layers_is_for_a_pretrained_model(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="train_layers"):
+        train_sft(_rows(4), tmp_path / "m", SFTConfig(model="tiny", train_layers=1, max_steps=1))

@@ -256,6 +256,39 @@ def with_lora(model: Any, r: int, alpha: float, layers: int = 0) -> Any:
         return get_peft_model(model, lora)
 
 
+def train_top_blocks(model: Any, layers: int) -> int:
+    """Full fine-tuning of the top ``layers`` transformer blocks and the final norm only: the
+    embeddings (the output head too where they are tied, as in SmolLM2) and every block below
+    are frozen, so the backward pass stops at the lowest trained block. Returns the number
+    of trainable parameters."""
+    import torch
+
+    blocks = next(
+        (
+            m
+            for m in model.modules()
+            if isinstance(m, torch.nn.ModuleList)
+            and len(m) == int(getattr(model.config, "num_hidden_layers", -1) or -1)
+        ),
+        None,
+    )
+    if blocks is None:
+        raise ConfigError(
+            "train_layers needs a model whose transformer blocks it can find",
+            hint="use train_layers: 0 (every weight) or LoRA (lora_r, lora_layers)",
+        )
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for block in list(blocks)[max(0, len(blocks) - layers) :]:
+        for p in block.parameters():
+            p.requires_grad_(True)
+    norm = getattr(getattr(model, "model", model), "norm", None)
+    if isinstance(norm, torch.nn.Module):
+        for p in norm.parameters():
+            p.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def selected_logprobs(
     model: Any, input_ids: Any, position_ids: Any, select: Any, temperature: float = 1.0
 ) -> Any:

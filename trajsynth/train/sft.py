@@ -10,7 +10,9 @@ best-fit decreasing; TRL's mask comes from the same ``{% generation %}`` markers
    (:mod:`.tiny`); a name (``smollm2-135m``) or a path loads a transformers folder
    (:mod:`.modeling`); with ``lora_r`` > 0 only LoRA adapters on its linear layers are
    trained (PyPI ``peft``; "LoRA: Low-Rank Adaptation of Large Language Models",
-   arXiv:2106.09685), and merged into the saved model;
+   arXiv:2106.09685), and merged into the saved model; with ``train_layers`` N > 0 instead,
+   only the top N blocks and the final norm are trained, every weight of them, and the
+   backward pass stops below them;
 2) tokenize every row with the chat template and its assistant mask, then pack (:mod:`.data`):
    tool results, user turns and the system prompt carry no loss. With ``weights`` (the
    default) each assistant token carries its row's sample weight × its step's weight
@@ -56,6 +58,7 @@ from .modeling import (
     resolve_device,
     resolve_dtype,
     selected_logprobs,
+    train_top_blocks,
     use_tool_format,
     with_lora,
 )
@@ -84,6 +87,13 @@ class SFTConfig(LoRASettings):
         "has a description (format, unit, default: ~25% longer prompts); json: each tool's "
         "JSON schema (~80% longer). Only for a model on trajsynth's template (tiny, a "
         "prepared SmolLM2); the checkpoint keeps it, so eval and serve prompt alike.",
+    )
+    train_layers: int = Field(
+        default=0,
+        ge=0,
+        description="Without LoRA: train only the top N transformer blocks and the final norm "
+        "in full (0: every weight). The embeddings and the blocks below stay frozen and the "
+        "backward pass stops at the lowest trained block: more steps in a CPU budget.",
     )
     epochs: float = Field(default=3.0, gt=0, description="Passes over the data.")
     max_steps: int | None = Field(
@@ -238,6 +248,8 @@ def train_sft(
     import torch
 
     cfg = cfg or SFTConfig()
+    if cfg.train_layers and cfg.model == "tiny":
+        raise ConfigError("train_layers is for a pretrained model; the tiny one trains fully")
     progress = progress or NullProgress()
     out = Path(out)
     device = resolve_device(cfg.device)
@@ -267,6 +279,8 @@ def train_sft(
     torch.manual_seed(cfg.seed)
     if cfg.lora_r:
         model = _with_lora(model, cfg)
+    elif cfg.train_layers:
+        train_top_blocks(model, cfg.train_layers)
 
     # 2) tokens, masks, packing
     examples, stats = tokenize_rows(
