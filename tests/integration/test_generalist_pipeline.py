@@ -82,6 +82,7 @@ SMALL = [
     "stages.train.with.sft.max_minutes=null",
     "stages.train.with.sft.max_steps=4",
     "stages.train.with.sft.lora_r=0",
+    "stages.train.with.sft.train_layers=0",  # the tiny student trains every weight
     "stages.bfcl.with.base=null",
     "stages.bfcl.with.limit=2",
     "stages.bfcl.with.categories=[simple_python,irrelevance]",
