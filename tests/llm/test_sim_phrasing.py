@@ -142,6 +142,11 @@ def test_numbers_carry_the_unit_their_description_gives() -> None:
     assert sum(said.values()) > len(queries)  # most numbers with their unit, in several forms
     assert said["20ft"] and said["20 feet"] and said["440.5Hz"] and said["$5"]
     assert any(find(20, q) == "unit" for q in queries)
+    # every symbol the writer glues to a number is one the reader takes back (core.surface)
+    from trajsynth.core.surface import GLUED_UNITS
+    from trajsynth.llm.sim.phrasing import _DESC_UNITS
+
+    assert {symbol for symbol, _ in _DESC_UNITS.values()} - {"", "$"} <= set(GLUED_UNITS)
 
 
 def test_a_list_of_numbers_is_said_in_digits_often_in_brackets() -> None:

@@ -263,13 +263,9 @@ def train_top_blocks(model: Any, layers: int) -> int:
     of trainable parameters."""
     import torch
 
+    depth = getattr(model.config, "num_hidden_layers", None)
     blocks = next(
-        (
-            m
-            for m in model.modules()
-            if isinstance(m, torch.nn.ModuleList)
-            and len(m) == int(getattr(model.config, "num_hidden_layers", -1) or -1)
-        ),
+        (m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == depth),
         None,
     )
     if blocks is None:
