@@ -324,3 +324,14 @@ def test_every_operation_keeps_legality(domain: str) -> None:
         assert problems(g, fsp) == [], fsp.log
         again = FSP.from_json(fsp.to_json())
         assert again == fsp
+
+
+def test_split_param_of_one_turn(tiny) -> None:
+    path = random_walk(tiny, random.Random(2), steps=3, start="find_city")
+    fsp = to_turns(path)
+    for seed in range(5):
+        p = split(tiny, fsp, random.Random(seed), kind="param", turn=0)
+        assert p.turns[0].kind == "clarify" and p.turns[0].missing == "param"
+        assert all(t.kind == "tool" for t in p.turns[1:])
+    with pytest.raises(OperationError):  # a turn past the path's has nothing to split
+        split(tiny, fsp, random.Random(0), kind="param", turn=len(fsp.turns))

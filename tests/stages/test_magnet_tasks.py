@@ -349,3 +349,25 @@ def test_tasks_per_tool_gives_large_domains_more_tasks() -> None:
         build_stage("magnet_tasks", {"tasks_per_tool": 0.4, "domains": ["math"]}).expected_rows()
         is None
     )
+
+
+def test_ask_p_leaves_a_required_value_out_of_the_first_request() -> None:
+    """``ask_p``: where no Split was drawn, the first turn misses a value the user must give;
+    its right first answer asks (no call), the clarification gives the value, the calls
+    follow. Without it (the default) no first turn is split that way."""
+    rows, _ = synthesize(tasks_per_domain=4, split_p=0.0, ask_p=1.0)
+    assert len(rows) == 20
+    asked = 0
+    for r in rows:
+        gt = GroundTruth.from_json(r.ground_truth)
+        first = gt.turns[0]
+        if "split:param:0" not in gt.extra["operations"]:
+            continue  # every required value of the first call comes from an earlier call
+        asked += 1
+        assert first.kind == "clarify" and first.steps and first.clarification
+        assert r.goal == first.request and first.clarification not in r.goal
+    assert asked >= 16
+    plain, _ = synthesize(tasks_per_domain=4, split_p=0.0)
+    assert not any(
+        "split:param:0" in GroundTruth.from_json(r.ground_truth).extra["operations"] for r in plain
+    )

@@ -65,6 +65,23 @@ def test_repeat_changes_the_mix_and_ids_stay_deterministic() -> None:
     assert counters["views.none"] == 3 and "views.several" not in counters
 
 
+def test_repeat_as_weight_emits_one_view_weighted_by_the_count() -> None:
+    """``repeat_as: weight``: the class's count becomes one view's sample weight (times the
+    weight its row had), the same ids as the first copies; a count of 0 still drops."""
+    heavy = NONE.derive(extra={"weight": 0.5})
+    cfg = {"repeat": {"none": 3, "several": 0}, "repeat_as": "weight"}
+    out, counters = views(cfg, [ONE, TWO, heavy])
+    assert [r.extra["single_turn"]["class"] for r in out] == ["one", "none"]
+    assert "weight" not in out[0].extra and out[1].extra["weight"] == 1.5
+    copies, _ = views({"repeat": {"none": 3, "several": 0}}, [ONE, TWO, heavy])
+    assert [r.id for r in out] == [copies[0].id, copies[1].id]  # the first copies' ids
+    assert counters["views.none"] == 1 and counters["views"] == 2
+    alone, _ = views(cfg, [NONE])
+    assert alone[0].extra["weight"] == 3
+    with pytest.raises(ConfigError):
+        build_stage("single_turn", {"repeat_as": "tokens"})
+
+
 def test_keep_rows_passes_the_originals_on() -> None:
     out, _ = views({"keep_rows": True}, [ONE])
     assert [r.id for r in out][1] == "one" and len(out[1].messages) == len(ONE.messages)

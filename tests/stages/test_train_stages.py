@@ -64,3 +64,20 @@ def test_train_sft_writes_a_checkpoint_and_warm_starts(tmp_path: Path) -> None:
     state = json.loads((tmp_path / "r2" / "trajsynth_sft.json").read_text())
     assert state["config"]["model"] == str(tmp_path / "r1") and state["config"]["lr"] == 1e-3
     assert second.metrics.values["warm_start"] is True
+
+
+def test_train_sft_says_when_it_ignores_the_rows_weights(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rows weighted by ``extra.weight`` (single_turn's ``repeat_as: weight``) trained without
+    ``sft.weights``: the run goes on and says how many weights it ignores; with it, silence."""
+    gold = gold_trajectory(ROW, env_maker())
+    rows = [gold.derive(id=f"g{i}", extra={"weight": 2} if i < 3 else {}) for i in range(4)]
+    for weights, expected in ((False, ["3 of 4 rows carry a sample weight"]), (True, [])):
+        caplog.clear()
+        cfg = {"sft": {"epochs": 1, "tiny": TINY, "max_len": 1024, "weights": weights}}
+        ctx = Context(ContextSpec(stage_id="t", artifacts_dir=str(tmp_path / str(weights))))
+        with caplog.at_level("WARNING"):
+            list(build_stage("train_sft", cfg).process(iter([to_batch(rows)]), ctx))
+        said = [r.getMessage() for r in caplog.records if "sample weight" in r.getMessage()]
+        assert [m[m.index("3 of") :][:33] for m in said] == expected

@@ -641,20 +641,21 @@ def split(
     rng: random.Random,
     *,
     kind: Literal["param", "func"] | None = None,
+    turn: int | None = None,
 ) -> FSP:
     """Split: one turn whose right answer is a clarifying question and no call.
 
     ``param``: a tool turn whose first call has a required parameter the user must give (not
-    bound to an earlier call) becomes a ``clarify`` turn missing it. ``func``: a new turn
-    asking for a function the path does not use, which the task will not offer, is inserted
-    after a random turn. ``kind=None`` picks one that applies."""
+    bound to an earlier call) becomes a ``clarify`` turn missing it (``turn``: only that
+    turn). ``func``: a new turn asking for a function the path does not use, which the task
+    will not offer, is inserted after a random turn. ``kind=None`` picks one that applies."""
     options: list[str] = [kind] if kind else ["param", "func"]
     rng.shuffle(options)
     for k in options:
         if k == "param":
             cands = []
             for i, t in enumerate(fsp.turns):
-                if t.kind != "tool" or not t.calls:
+                if t.kind != "tool" or not t.calls or turn not in (None, i):
                     continue
                 first = t.calls[0]
                 spec = graph.spec(first.tool)

@@ -16,7 +16,9 @@ tools, when that is more):
 3) turns and node operations, in Magnet's order: one turn per call, Merge (``merge_p``,
    Magnet's p = 0.3), Insert (``insert_p``), then ours: Bundle (``bundle_p``: one to
    ``bundle_max`` independent requests in a turn) and fan-out (``parallel_p``: a call again
-   with other values), then Split (``split_p``: a miss-param or miss-func turn). The path must be
+   with other values), then Split (``split_p``: a miss-param or miss-func turn; else, with
+   ``ask_p``, ours: a miss-param first turn, the request leaving out a value the user must
+   give, which single-turn benchmarks score as no call). The path must be
    legal (:func:`~trajsynth.graph.problems`) or it is counted and skipped;
 4) execution: the calls run turn by turn in a fresh environment, arguments grounded in its
    state and earlier outputs threaded into later inputs (:mod:`.grounding`); a candidate
@@ -142,6 +144,15 @@ class MagnetTasksConfig(StageConfig):
     insert_p: float = Field(0.3, ge=0, le=1, description="Insert probability per turn.")
     insert_long_range: float = Field(0.3, ge=0, le=1, description="Insert into a later turn.")
     split_p: float = Field(0.3, ge=0, le=1, description="Probability a task gets a Split turn.")
+    ask_p: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Probability that the first request leaves out a required value the user "
+        "must give (Split's miss-param on the first turn), when no Split was drawn: the "
+        "right first answer asks, no call (a single-turn benchmark's question whose offered "
+        "function fits but whose values are not stated).",
+    )
     optional_p: float = Field(0.3, ge=0, le=1, description="Probability of an optional argument.")
     attempts: int = Field(8, ge=1, description="Draws per call before a candidate is dropped.")
     prune_after: int = Field(
@@ -375,6 +386,9 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
         if rng.random() < cfg.split_p:
             with contextlib.suppress(OperationError):
                 fsp = split(graph, fsp, rng)
+        elif cfg.ask_p and rng.random() < cfg.ask_p:
+            with contextlib.suppress(OperationError):
+                fsp = split(graph, fsp, rng, kind="param", turn=0)
         return fsp
 
     def synthesize(

@@ -34,7 +34,11 @@ This stage makes the first decisions cheap to train on:
 5) each view is emitted ``repeat[class]`` times (default once each; e.g. ``{none: 3}`` to
    give no-call decisions a larger share when the rows are mostly calls), with ids derived from
    the row's id, ``parent_ids`` naming it, and ``extra["single_turn"]`` saying the class and
-   copy; step-level fields (rewards, flags, state changes) keep the first step's values;
+   copy; step-level fields (rewards, flags, state changes) keep the first step's values. With
+   ``repeat_as: weight`` the view is emitted once and its sample weight (``extra["weight"]``,
+   times the weight it had) is the count instead: the same share of the loss for the tokens
+   of one copy, so a trainer that reads weights (``train_sft``'s ``weights``) spends its time
+   budget on distinct rows rather than on exact copies (ours);
 6) with ``withhold`` p, a share p of the call views (chosen by a draw seeded with the row's
    id) also yields a contrast view, as Hammer builds its irrelevance data (Lin et al.,
    "Hammer: Robust Function-Calling for On-Device Language Models via Function Masking",
@@ -69,6 +73,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator
 
 from ...core.batch import to_records
+from ...core.extras import weight_of
 from ...core.schema import Message, Trajectory
 from ...core.task import GoldTurn, GroundTruth
 from ...core.text import split_words
@@ -96,6 +101,11 @@ class SingleTurnConfig(StageConfig):
         default_factory=dict,
         description="Copies of a view per decision class (none, one, several); a class not "
         "named is emitted once, 0 drops it.",
+    )
+    repeat_as: Literal["copies", "weight"] = Field(
+        "copies",
+        description="How repeat is applied: as copies of a view, or as one view whose sample "
+        "weight (extra.weight) is the count (train_sft reads it with weights: true).",
     )
     withhold: float = Field(
         0.0,
@@ -327,13 +337,18 @@ class SingleTurn(MapStage[SingleTurnConfig]):
         """Steps 5 and 6 for one view of ``row`` (``tag`` tells a focused view's ids and
         draws from the view's own)."""
         focus = {"focus": True} if tag else {}
-        for copy in range(self.config.repeat.get(kind, 1)):  # 5)
+        count = self.config.repeat.get(kind, 1)  # 5)
+        copies, weight = (count, 1) if self.config.repeat_as == "copies" else (min(count, 1), count)
+        for copy in range(copies):
             ctx.metrics.inc("views")
             ctx.metrics.inc(f"views.{kind}")
+            extra = {**(row.extra or {}), "single_turn": {"class": kind, "copy": copy, **focus}}
+            if weight != 1:
+                extra["weight"] = weight * (weight_of(row.extra) or 1.0)
             yield view.derive(
                 id=Trajectory.make_id(row.id, "single_turn", *tag, copy),
                 parent_ids=[row.id],
-                extra={**(row.extra or {}), "single_turn": {"class": kind, "copy": copy, **focus}},
+                extra=extra,
             )
         withhold = self.config.withhold
         rng = random.Random(ctx.row_seed("withhold", row.id, *tag))

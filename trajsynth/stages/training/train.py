@@ -88,6 +88,13 @@ class TrainSFT(GlobalStage[TrainSFTConfig]):
             if cfg.warm_step_budget is not None:
                 update["step_budget"] = cfg.warm_step_budget
             sft = sft.model_copy(update=update)
+        weighted = sum(1 for r in rows if (r.extra or {}).get("weight", 1) != 1)
+        if weighted and not sft.weights:
+            ctx.log.warning(
+                "train_sft: %d of %d rows carry a sample weight (extra.weight) that this run "
+                "ignores; set sft.weights: true to train with it",
+                weighted, len(rows),
+            )  # fmt: skip
         # 3) train into the artifacts folder
         result = train_sft(rows, ctx.artifacts_dir, sft)
         # 4) figures
