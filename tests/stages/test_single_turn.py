@@ -78,6 +78,8 @@ def test_repeat_as_weight_emits_one_view_weighted_by_the_count() -> None:
     assert counters["views.none"] == 1 and counters["views"] == 2
     alone, _ = views(cfg, [NONE])
     assert alone[0].extra["weight"] == 3
+    zero, _ = views(cfg, [NONE.derive(extra={"weight": 0})])
+    assert zero[0].extra["weight"] == 0  # a row its trainer would drop stays dropped
     with pytest.raises(ConfigError):
         build_stage("single_turn", {"repeat_as": "tokens"})
 
