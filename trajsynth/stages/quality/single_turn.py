@@ -339,17 +339,22 @@ class SingleTurn(MapStage[SingleTurnConfig]):
         focus = {"focus": True} if tag else {}
         count = self.config.repeat.get(kind, 1)  # 5)
         copies, weight = (count, 1) if self.config.repeat_as == "copies" else (min(count, 1), count)
-        had = weight_of(row.extra)  # the row's own weight, kept: 0 stays 0
+        if weight != 1:  # the row's own weight, kept: 0 stays 0
+            had = weight_of(row.extra)
+            weighted = {"weight": weight * (1.0 if had is None else had)}
+        else:
+            weighted = {}
         for copy in range(copies):
             ctx.metrics.inc("views")
             ctx.metrics.inc(f"views.{kind}")
-            extra = {**(row.extra or {}), "single_turn": {"class": kind, "copy": copy, **focus}}
-            if weight != 1:
-                extra["weight"] = weight * (1.0 if had is None else had)
             yield view.derive(
                 id=Trajectory.make_id(row.id, "single_turn", *tag, copy),
                 parent_ids=[row.id],
-                extra=extra,
+                extra={
+                    **(row.extra or {}),
+                    **weighted,
+                    "single_turn": {"class": kind, "copy": copy, **focus},
+                },
             )
         withhold = self.config.withhold
         rng = random.Random(ctx.row_seed("withhold", row.id, *tag))
