@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.jsonvalues import name_tokens, pattern_search
+from . import vocab
 from .verifiers.schema import type_ok
 
 __all__ = [
@@ -413,14 +414,6 @@ _LANGUAGES = {
     "English": "en", "Spanish": "es", "French": "fr", "German": "de", "Japanese": "ja",
     "Portuguese": "pt", "Hindi": "hi", "Arabic": "ar", "Korean": "ko", "Italian": "it",
 }  # fmt: skip
-_FIRST = (
-    "Maria", "James", "Aisha", "Wei", "Olga", "Carlos", "Priya", "Tom", "Fatima", "Lukas",
-    "Yuki", "Emma", "Kwame", "Sofia",
-)  # fmt: skip
-_LAST = (
-    "Garcia", "Smith", "Khan", "Chen", "Petrova", "Silva", "Patel", "Brown", "Haddad",
-    "Nguyen", "Tanaka", "Johnson", "Mensah", "Rossi",
-)  # fmt: skip
 _COMPANIES = ("Acme Corp", "Globex", "Initech", "Northwind Traders", "Contoso", "Umbrella Labs")
 _TOPICS = (
     "electric cars", "vegan recipes", "machine learning", "climate change", "jazz concerts",
@@ -506,7 +499,7 @@ def everyday(param: str, schema: dict[str, Any], rng: random.Random) -> str | No
     if toks & {"language", "lang", "locale"}:
         name = rng.choice(list(_LANGUAGES))
         return _LANGUAGES[name] if coded or "locale" in toks else name
-    first, last = rng.choice(_FIRST), rng.choice(_LAST)
+    first, last = vocab.first_name(rng), vocab.last_name(rng)
     if toks & {"username", "login", "handle", "nickname"} or toks == {"user"}:
         return rng.choice([f"{first.lower()}{last[0].lower()}{rng.randint(1, 99)}",
                            f"{first.lower()}_{last.lower()}"])  # fmt: skip
@@ -519,11 +512,11 @@ def everyday(param: str, schema: dict[str, Any], rng: random.Random) -> str | No
     ):
         return f"{first} {last}"
     if toks & _PLACE_WORDS and "code" not in toks:
-        return rng.choice(_PLACES)
+        return vocab.place(rng, _PLACES)
     if toks & {"company", "organization", "organisation", "employer", "brand"}:
-        return rng.choice(_COMPANIES)
+        return rng.choice(_COMPANIES) if rng.random() < 0.3 else vocab.company(rng)
     if toks & _TOPIC_WORDS:
-        return rng.choice(_TOPICS)
+        return rng.choice(_TOPICS) if rng.random() < 0.5 else vocab.phrase(rng, 2)
     if toks & _TEXT_WORDS:
         return rng.choice(_TEXTS)
     if toks & {"tag", "tags", "category", "categories", "label"}:

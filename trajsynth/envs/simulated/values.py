@@ -9,11 +9,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .. import vocab
+from ..values import everyday
 from ..verifiers.schema import type_ok
 from .effects import _singular, id_kind, is_id_param
-
-_WORDS = ["alpha", "harbor", "maple", "orbit", "cedar", "summit", "river", "nova", "atlas"]
-_NAMES = ["Alice Chen", "Bruno Diaz", "Chiara Rossi", "Dev Patel", "Emma Stone", "Farid Khan"]
 
 
 def _types(schema: Mapping[str, Any]) -> list[str]:
@@ -75,15 +74,10 @@ def make_value(name: str, schema: Mapping[str, Any], rng: random.Random, depth: 
             return make_value(name, alts[0], rng, depth)
     kinds = _types(schema) or ["string"]
     kind = kinds[0]
-    lo, hi = schema.get("minimum"), schema.get("maximum")
     if kind == "integer":
-        a = int(lo) if isinstance(lo, (int, float)) else 1
-        b = int(hi) if isinstance(hi, (int, float)) else a + 99
-        return rng.randint(a, max(a, b))
+        return vocab.integer_like(name, dict(schema), rng)
     if kind == "number":
-        low = float(lo) if isinstance(lo, (int, float)) else 1.0
-        high = float(hi) if isinstance(hi, (int, float)) else low + 999.0
-        return round(rng.uniform(low, max(low, high)), 2)
+        return vocab.number_like(name, dict(schema), rng)
     if kind == "boolean":
         return rng.random() < 0.5
     if kind == "null":
@@ -110,18 +104,20 @@ def _string(name: str, schema: Mapping[str, Any], rng: random.Random) -> str:
     if fmt == "date" or re.search(r"\bdate\b|yyyy", text) or name.endswith("_date"):
         return day.isoformat()
     if fmt == "email" or "email" in name.lower():
-        return f"{rng.choice(_WORDS)}.{rng.randint(1, 99)}@example.com"
+        first, last = vocab.first_name(rng).lower(), vocab.last_name(rng).lower()
+        return f"{first}.{last}{rng.randint(1, 99)}@example.com"
     if fmt in ("uri", "url") or name.lower().endswith(("url", "uri", "link")):
-        return f"https://example.com/{rng.choice(_WORDS)}/{rng.randint(1, 999)}"
+        return f"https://example.com/{vocab.phrase(rng, 1)}/{rng.randint(1, 999)}"
     if is_id_param(name):
         return f"{(id_kind(name) or 'id')[:3]}_{rng.randint(1000, 9999)}"
-    if name.lower() in ("name", "full_name", "username", "user_name", "author", "owner"):
-        return rng.choice(_NAMES)
+    if name.lower() in ("name", "full_name", "author", "owner"):
+        return f"{vocab.first_name(rng)} {vocab.last_name(rng)}"
     if "phone" in name.lower():
         return f"+1-555-{rng.randint(100, 999)}-{rng.randint(1000, 9999)}"
     if re.search(r"\btime\b", text):
         return f"{rng.randint(8, 18):02d}:{rng.choice(['00', '30'])}"
-    return f"{rng.choice(_WORDS)} {rng.choice(_WORDS)} {rng.randint(1, 99)}"
+    made = everyday(name, dict(schema), rng)  # a place, a username, a company ...
+    return made if made is not None else vocab.phrase(rng)
 
 
 def fill(

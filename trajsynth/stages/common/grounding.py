@@ -18,7 +18,8 @@ domain itself, and the calls are executed in order:
    search finds it), else from the pool of that name, the example tasks, the ``enum``, or a
    value of the schema's type (dates from the state's dates, numbers within the bounds; a
    string that people would write as a place, a name, an email or a search phrase, where
-   the parameter's name says so: ``envs.values.everyday`` and its kinds, else two words);
+   the parameter's name says so: ``envs.values.everyday`` and its kinds, else two or three
+   common words; integers and numbers as people write them, ``envs.vocab``);
    an optional parameter is given with probability ``optional_p``. An environment that
    gives value hints (``Environment.value_hints()``: a real server with no state to read)
    also offers, for each parameter, the values its spec names and the values of its kind
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.jsonvalues import json_fields
+from ...envs import vocab
 from ...envs.base import Environment
 from ...envs.spec import ToolSpec
 from ...envs.values import Known, everyday, fits_kind, invent, kind, paths_for, suggested
@@ -71,7 +73,6 @@ __all__ = [
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TIME = re.compile(r"^\d{2}:\d{2}$")
-_WORDS = ["quarterly", "report", "notes", "budget", "summary", "draft", "plan", "review"]
 
 
 class PlanFailed(Exception):
@@ -212,15 +213,10 @@ class ValuePool:
             else next((x for x in types or [] if x != "null"), "string")
         )
         desc = f"{param} {schema.get('description', '')}".lower()
-        lo, hi = schema.get("minimum"), schema.get("maximum")
-        if t == "integer":
-            lo = int(lo) if lo is not None else 1
-            hi = int(hi) if hi is not None else lo + 4
-            return rng.randint(lo, max(lo, min(hi, lo + 9)))
+        if t == "integer":  # as people write them: 3, 45, 1200, 1990 (1-5 before)
+            return vocab.integer_like(param, schema, rng)
         if t == "number":
-            lo = float(lo) if lo is not None else 1.0
-            hi = float(hi) if hi is not None else max(lo * 10, 500.0)
-            return round(rng.uniform(lo, hi), 2)
+            return vocab.number_like(param, schema, rng)
         if t == "boolean":
             return rng.random() < 0.5
         if t == "array":
@@ -241,10 +237,10 @@ class ValuePool:
         if "hh:mm" in desc or "time" in param:
             return f"{rng.choice([9, 10, 11, 13, 14, 15, 16]):02d}:{rng.choice(['00', '30'])}"
         # a value people pass where the name says what it holds (a city, a username, an
-        # email), else two words: a quarter of a benchmark run's call values were word pairs
-        # ("budget draft" for a city, a language and an email) before
+        # email), else a few words from a large list: a quarter of a benchmark run's call
+        # values were pairs of eight stock words ("budget draft" for a city) before
         made = everyday(param, schema, rng) or (None if self.learns else invent(param, schema, rng))
-        return made if made is not None else " ".join(rng.sample(_WORDS, 2))
+        return made if made is not None else vocab.phrase(rng)
 
     def _invent_list(
         self, single: str, schema: dict[str, Any], items: dict[str, Any], rng: random.Random
@@ -331,7 +327,7 @@ def _fresh(value: Any, schema: dict[str, Any], rng: random.Random) -> Any:
     are kept."""
     if not isinstance(value, str) or "enum" in schema or _DATE.match(value) or _TIME.match(value):
         return value
-    word = rng.choice(_WORDS)
+    word = vocab.phrase(rng, 1)
     if "/" in value:
         parent, _, leaf = value.rstrip("/").rpartition("/")
         ext = leaf[leaf.rfind(".") :] if "." in leaf[1:] else ""
