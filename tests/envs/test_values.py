@@ -172,6 +172,9 @@ def test_invented_values_are_too_many_to_memorize_and_read_as_people_write_them(
     nums = [vocab.number_like("price", {"minimum": 0.5, "maximum": 99}, rng) for _ in range(500)]
     assert all(0.5 <= x <= 99 for x in nums) and len(set(nums)) > 200
 
+    days = {vocab.date_like(rng) for _ in range(300)}
+    assert len(days) > 250 and all(re.fullmatch(r"202[4-7]-\d\d-\d\d", d) for d in days)
+
     # both places that invent values use them
     pool = ValuePool({}, {})
     drawn = {pool.invent("count", {"type": "integer"}, rng) for _ in range(200)}

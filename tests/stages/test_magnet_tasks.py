@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from trajsynth.core import CAPABILITIES, GroundTruth, to_records
+from trajsynth.core.errors import ConfigError
 from trajsynth.core.surface import find
 from trajsynth.envs import EnvFactory, import_tools
 from trajsynth.envs.verifiers import check_call
@@ -379,3 +380,49 @@ def test_ask_p_leaves_a_required_value_out_of_the_first_request() -> None:
     assert not any(
         "split:param:0" in GroundTruth.from_json(r.ground_truth).extra["operations"] for r in plain
     )
+
+
+def test_env_seeds_spread_tasks_over_starting_states_and_each_replays(
+    external_dir, tmp_path
+) -> None:
+    """Tools without an implementation (tau-bench's, imported, simulated) start an episode
+    with three entities of each kind: with one seed, those few ids recur in every task (an
+    order id in 30 of 1,500 training calls). ``env_seeds: N`` is seeds 0..N-1, and each task
+    replays on the seed it records."""
+    path = import_tools(external_dir / "tau-bench", "tau").save(tmp_path / "tau.json")
+    env = {"domains": [], "toolsets": {"tau": str(path)}}
+
+    def made(seeds: Any) -> list[Any]:
+        stage = build_stage(
+            "magnet_tasks",
+            {**BASE, "tasks_per_domain": 16, "max_candidates": 120, "env_seeds": seeds},
+        )
+        ctx = Context(ContextSpec(stage_id="tasks", seed=0, env=env))
+        return [r for b in stage.generate(ctx, 0) for r in to_records(b)]
+
+    def id_values(rows: list[Any]) -> list[str]:
+        return [
+            str(v)
+            for r in rows
+            for c in GroundTruth.from_json(r.ground_truth).flat_calls()
+            for k, v in c.arguments.items()
+            if k.endswith("_id") and isinstance(v, str)
+        ]
+
+    one, many = made([0]), made(16)
+    seeds = Counter(GroundTruth.from_json(r.ground_truth).env_seed for r in many)
+    assert len(seeds) >= 6 and set(seeds) <= set(range(16))
+    ids_one, ids_many = id_values(one), id_values(many)
+    assert len(ids_one) >= 8 and len(ids_many) >= 8
+    # distinct ids per id passed: most repeat with one seed, few with sixteen
+    assert len(set(ids_many)) / len(ids_many) > 1.5 * len(set(ids_one)) / len(ids_one)
+    factory = EnvFactory(env)
+    for r in many:
+        gt = GroundTruth.from_json(r.ground_truth)
+        replay = factory.make(r.domain, seed=gt.env_seed)
+        replay.reset(gt)
+        for c in gt.flat_calls():
+            assert replay.call(c.name, c.arguments).output == c.output
+        assert replay.state_hash() == gt.final_state_hash
+    with pytest.raises(ConfigError, match="env_seeds: a count"):
+        build_stage("magnet_tasks", {**BASE, "env_seeds": 0})

@@ -233,7 +233,7 @@ class ValuePool:
             required = [r for r in schema.get("required") or [] if r in props]
             return {r: self._draw(r, props[r], rng) for r in required}
         if "date" in desc or "yyyy-mm-dd" in desc:
-            return rng.choice(self.dates) if self.dates else "2025-07-01"
+            return rng.choice(self.dates) if self.dates else vocab.date_like(rng)
         if "hh:mm" in desc or "time" in param:
             return f"{rng.choice([9, 10, 11, 13, 14, 15, 16]):02d}:{rng.choice(['00', '30'])}"
         # a value people pass where the name says what it holds (a city, a username, an

@@ -158,7 +158,12 @@ class MagnetTasksConfig(StageConfig):
     prune_after: int = Field(
         3, ge=1, description="Failures (and no success) after which a graph feed is removed."
     )
-    env_seeds: list[int] = Field(default_factory=lambda: [0], description="Environment seeds.")
+    env_seeds: list[int] = Field(
+        default_factory=lambda: [0],
+        description="Environment seeds a task is drawn on, or a count N for seeds 0..N-1. One "
+        "seed is one starting state of each domain: its few orders, users and reservations "
+        "recur in every task (an id in 30 of 1,500 training calls); more seeds, more of them.",
+    )
     query_role: str = Field("query_writer", description="LLM role of the back-translation.")
     n_queries: int = Field(3, ge=1, le=10, description="Phrasings asked per turn.")
     distractors: int | tuple[int, int] | None = Field(
@@ -207,6 +212,17 @@ class MagnetTasksConfig(StageConfig):
         "while the next block is synthesized.",
     )
     system_prompt: str | None = Field(None, description="Overrides the shared system prompt.")
+
+    @field_validator("env_seeds", mode="before")
+    @classmethod
+    def _env_seeds(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v < 1:
+                raise ValueError("env_seeds: a count ≥ 1, or a list of seeds")
+            return list(range(v))
+        if isinstance(v, list) and not v:
+            raise ValueError("env_seeds: at least one seed")
+        return v
 
     @field_validator("distractors")
     @classmethod
