@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import importlib
+import math
 import random
 import re
 from typing import Any
@@ -201,6 +202,17 @@ def _bounds(schema: dict[str, Any], step: float) -> tuple[float | None, float | 
     return lo, hi
 
 
+def _within(value: Any, lo: Any, hi: Any, draw: Any) -> Any:
+    """``value`` where it lies within [``lo``, ``hi``] (either may be None), else the bound it
+    passed when there is one bound, else ``draw(lo, hi)``."""
+    if (lo is None or value >= lo) and (hi is None or value <= hi):
+        return value
+    if lo is None or hi is None:
+        bound = lo if lo is not None else hi
+        return draw(bound, bound)  # the bound (drawn, so that the draws after it stay put)
+    return draw(lo, hi) if lo <= hi else lo
+
+
 def integer_like(param: str, schema: dict[str, Any], rng: random.Random) -> int:
     """Step 5 for integers."""
     lo, hi = _bounds(schema, 1)
@@ -216,13 +228,9 @@ def integer_like(param: str, schema: dict[str, Any], rng: random.Random) -> int:
         value = rng.choice(_ROUND)
     else:
         value = rng.randint(100, 9999)
-    if lo is None and hi is None:
-        return value
-    a = int(lo) if lo is not None else min(value, int(hi or 0))
-    b = int(hi) if hi is not None else max(a, value)
-    if a > b:
-        return a
-    return value if a <= value <= b else rng.randint(a, b)
+    lo_i = math.ceil(lo) if lo is not None else None
+    hi_i = math.floor(hi) if hi is not None else None
+    return int(_within(value, lo_i, hi_i, rng.randint))
 
 
 def number_like(param: str, schema: dict[str, Any], rng: random.Random) -> float:
@@ -237,10 +245,4 @@ def number_like(param: str, schema: dict[str, Any], rng: random.Random) -> float
         value = round(rng.uniform(0.01, 0.99), 2)
     else:
         value = float(rng.choice(_ROUND))
-    if lo is None and hi is None:
-        return value
-    a = float(lo) if lo is not None else min(value, float(hi or 0.0))
-    b = float(hi) if hi is not None else max(a, value)
-    if a > b:
-        return a
-    return value if a <= value <= b else round(rng.uniform(a, b), 2)
+    return float(_within(value, lo, hi, lambda a, b: min(b, max(a, round(rng.uniform(a, b), 2)))))
