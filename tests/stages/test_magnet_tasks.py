@@ -426,3 +426,5 @@ def test_env_seeds_spread_tasks_over_starting_states_and_each_replays(
         assert replay.state_hash() == gt.final_state_hash
     with pytest.raises(ConfigError, match="env_seeds: a count"):
         build_stage("magnet_tasks", {**BASE, "env_seeds": 0})
+    with pytest.raises(ConfigError, match="env_seeds"):
+        build_stage("magnet_tasks", {**BASE, "env_seeds": []})

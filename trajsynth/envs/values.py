@@ -34,7 +34,6 @@ repository, a query valid SQL. In order, for one parameter:
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import random
 import re
 import uuid
@@ -73,16 +72,6 @@ COMMON_ZONES = (
 _WORDS = ("alpha", "report", "notes", "budget", "summary", "draft", "plan", "review")
 _DIR_WORDS = {"dir", "directory", "folder", "repo", "repository", "root", "cwd", "workspace"}
 _FILE_WORDS = {"file", "filename", "files", "source", "destination", "document", "doc"}
-
-
-@functools.cache
-def _zones() -> frozenset[str]:
-    try:
-        import zoneinfo
-
-        return frozenset(zoneinfo.available_timezones())
-    except Exception:  # no tz database: every zone-shaped name is believed
-        return frozenset()
 
 
 def _description(schema: dict[str, Any]) -> str:
@@ -142,7 +131,7 @@ def fits_kind(value: Any, k: str | None, schema: dict[str, Any] | None = None) -
     if not isinstance(value, str) or k is None:
         return True
     if k == "timezone":
-        zones = _zones()
+        zones = vocab.zones()
         return value in zones if zones else bool(re.fullmatch(r"[A-Za-z_]+(/[A-Za-z_+-]+)*", value))
     if k == "date":
         try:
@@ -359,7 +348,7 @@ def invent(
     k = kind(param, schema)
     value: Any = None
     if k == "timezone":
-        zones = _zones()
+        zones = vocab.zones()
         value = rng.choice([z for z in COMMON_ZONES if not zones or z in zones])
     elif k == "path":
         options = paths_for(param, schema, known)

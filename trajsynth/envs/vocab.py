@@ -12,7 +12,7 @@ were 1-5 and numbers uniform in 1-500, where people write 12,000, 2.5 and 1990. 
 2) places: the cities of the machine's IANA time-zone database, the real-city lists ``faker``
    carries (India, Germany, Italy, the Netherlands; a few hundred of each), and US cities
    with their state as people write them ("Austin, TX");
-3) companies: ``faker``'s company shapes over its last names ("Hahn & Weber", "Rossi Group");
+3) companies: two of those last names, or one and a suffix ("Hahn & Weber", "Rossi Group");
 4) phrases: two or three common English words (``faker``'s English word list, short
    function words left out) where nothing says what a string holds;
 5) dates spread over four years (:func:`date_like`); integers and numbers as people write
@@ -33,6 +33,7 @@ import importlib
 import math
 import random
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ..core.jsonvalues import name_tokens
@@ -46,6 +47,7 @@ __all__ = [
     "number_like",
     "phrase",
     "place",
+    "zones",
 ]
 
 _LOCALES = (
@@ -108,15 +110,20 @@ def _names() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 @functools.cache
-def _zone_cities() -> tuple[str, ...]:
+def zones() -> frozenset[str]:
+    """The IANA zone names this machine knows (empty without a tz database)."""
     try:
         import zoneinfo
 
-        zones = sorted(zoneinfo.available_timezones())
-    except Exception:  # no tz database
-        zones = []
+        return frozenset(zoneinfo.available_timezones())
+    except Exception:
+        return frozenset()
+
+
+@functools.cache
+def _zone_cities() -> tuple[str, ...]:
     out: dict[str, None] = {}
-    for zone in zones:
+    for zone in sorted(zones()):
         region, _, city = zone.partition("/")
         if region in _REGIONS and city and "/" not in city and not re.search(r"\d|GMT", city):
             out[city.replace("_", " ")] = None
@@ -182,7 +189,7 @@ def date_like(rng: random.Random) -> str:
     return day.isoformat()
 
 
-def _bounds(schema: dict[str, Any], step: float) -> tuple[float | None, float | None]:
+def _bounds(schema: Mapping[str, Any], step: float) -> tuple[float | None, float | None]:
     """(lowest, highest) allowed; an exclusive bound moves in by ``step``."""
 
     def num(key: str) -> float | None:
@@ -213,7 +220,7 @@ def _within(value: Any, lo: Any, hi: Any, draw: Any) -> Any:
     return draw(lo, hi) if lo <= hi else lo
 
 
-def integer_like(param: str, schema: dict[str, Any], rng: random.Random) -> int:
+def integer_like(param: str, schema: Mapping[str, Any], rng: random.Random) -> int:
     """Step 5 for integers."""
     lo, hi = _bounds(schema, 1)
     toks = set(name_tokens(param))
@@ -233,7 +240,7 @@ def integer_like(param: str, schema: dict[str, Any], rng: random.Random) -> int:
     return int(_within(value, lo_i, hi_i, rng.randint))
 
 
-def number_like(param: str, schema: dict[str, Any], rng: random.Random) -> float:
+def number_like(param: str, schema: Mapping[str, Any], rng: random.Random) -> float:
     """Step 5 for numbers."""
     lo, hi = _bounds(schema, 0.01)
     r = rng.random()

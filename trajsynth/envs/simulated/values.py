@@ -75,9 +75,9 @@ def make_value(name: str, schema: Mapping[str, Any], rng: random.Random, depth: 
     kinds = _types(schema) or ["string"]
     kind = kinds[0]
     if kind == "integer":
-        return vocab.integer_like(name, dict(schema), rng)
+        return vocab.integer_like(name, schema, rng)
     if kind == "number":
-        return vocab.number_like(name, dict(schema), rng)
+        return vocab.number_like(name, schema, rng)
     if kind == "boolean":
         return rng.random() < 0.5
     if kind == "null":

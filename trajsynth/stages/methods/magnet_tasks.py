@@ -160,6 +160,7 @@ class MagnetTasksConfig(StageConfig):
     )
     env_seeds: list[int] = Field(
         default_factory=lambda: [0],
+        min_length=1,
         description="Environment seeds a task is drawn on, or a count N for seeds 0..N-1. One "
         "seed is one starting state of each domain: its few orders, users and reservations "
         "recur in every task (an id in 30 of 1,500 training calls); more seeds, more of them.",
@@ -220,8 +221,6 @@ class MagnetTasksConfig(StageConfig):
             if v < 1:
                 raise ValueError("env_seeds: a count ≥ 1, or a list of seeds")
             return list(range(v))
-        if isinstance(v, list) and not v:
-            raise ValueError("env_seeds: at least one seed")
         return v
 
     @field_validator("distractors")
