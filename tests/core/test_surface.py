@@ -86,3 +86,38 @@ def test_other_form_reads_casefolded_text() -> None:
     assert other_form(2.0, "for two nights") == "number_word"
     assert other_form("paris", "from paris") is None  # verbatim is the caller's check
     assert other_form(3.5, "three and a half") is None
+
+
+def test_a_code_is_named_by_what_its_parameter_says_it_codes() -> None:
+    """ "CA" is California for a state and Canada for a country; the name maps back to the
+    code only through the parameter, and a code cased unlike its table has no name."""
+    assert dict(forms("DE", "country_code"))["code_name"] == "Germany"
+    assert dict(forms("DEU", "country"))["code_name"] == "Germany"
+    assert dict(forms("DE", "state"))["code_name"] == "Delaware"
+    assert dict(forms("fr", "target_language"))["code_name"] == "French"
+    assert dict(forms("C", "temperature_unit"))["code_name"] == "Celsius"
+    assert "code_name" not in dict(forms("de", "country"))  # not how countries are written
+    assert "code_name" not in dict(forms("DE"))  # no parameter: no name
+    assert "code_name" not in dict(forms("DE", "department"))
+    assert find("CA", "I live in California", "state") == "code_name"
+    assert find("CA", "I live in California", "country") is None
+    assert find("CA", "moving to Canada", "country") == "code_name"
+    assert find("US", "prices in the United States", "country") == "code_name"
+    assert find(["DE", "FR"], "Germany and France", "countries") == "code_name"
+    assert find("fr", "translate it into French", "lang") == "code_name"
+    # without a parameter (the quality scores' casefolded text): any table the code is in
+    assert other_form("ca", "moving to canada") == "code_name"
+    assert other_form("ca", "i live in california") == "code_name"
+    assert other_form("c", "in celsius") == "code_name"
+    assert other_form("de", "a trip to spain") is None
+
+
+def test_millions_are_written_and_read_back_exactly() -> None:
+    assert dict(forms(2_500_000))["millions"] == "2.5 million"
+    assert dict(forms(20_000_000.0))["millions"] == "20 million"
+    assert "millions" not in dict(forms(2_345_678)) and "millions" not in dict(forms(500_000))
+    assert find(2_500_000, "a payout of 2.5 million dollars") == "millions"
+    assert find(1_000_000, "a budget of 1 million") == "millions"
+    assert not stated(20_000_000, "2 million") and not stated(2_000_000, "12 million")
+    assert not stated(2_000_000, "1.2 million")
+    assert other_form(1_500_000.0, "about 1.5 million shares") == "millions"

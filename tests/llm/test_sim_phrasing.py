@@ -268,3 +268,28 @@ def test_every_request_says_what_it_wants_even_for_one_word_functions() -> None:
     assert plain_word("mean") and plain_word("Dictionary") and not plain_word("get_user_id")
     assert names_tool("compute get_user_id now", ["get_user_id"])
     assert not names_tool("the mean of 3 and 4", ["mean"])
+
+
+def test_codes_are_often_said_by_name_and_the_gold_keeps_the_code() -> None:
+    """A person says "Germany", "Texas", "French", "Celsius" where the tool takes "DE", "TX",
+    "fr", "C": the request names what the code stands for in a good share of draws, states
+    every value (by its name through the parameter), and never says a code for another
+    table's name."""
+    tools = [{"type": "function", "function": {"name": "get_weather_report",
+              "description": "Weather for a place.", "parameters": {"type": "object",
+              "properties": {"country_code": {"type": "string"}, "state": {"type": "string"},
+                             "lang": {"type": "string"}, "unit": {"type": "string"}},
+              "required": ["country_code"]}}}]  # fmt: skip
+    call = GoldCall(
+        name="get_weather_report",
+        arguments={"country_code": "US", "state": "TX", "lang": "fr", "unit": "C"},
+    )
+    queries = [q for s in range(60) for q in write([[call]], tools, seed=s)]
+    assert _check([[call]], tools, queries) == []
+    named = Counter(
+        k for q in queries for k, v in call.arguments.items() if find(v, q, k) == "code_name"
+    )
+    for k in call.arguments:  # each code said by its name in some of the 180 requests
+        assert 0.15 < named[k] / len(queries) < 0.7, (k, named[k])
+    assert any("Texas" in q for q in queries) and any("Celsius" in q for q in queries)
+    assert not any("Tunisia" in q for q in queries)  # "TX" is a state here, not a country

@@ -16,11 +16,23 @@ time_12h       ``HH:MM``, 24-hour                   "2:30 pm", "2:30 PM", "9 am"
 number_word    integer 2..10                        "two" ... "ten"
 thousands      integer (or whole float) ≥ 1,000     "5,000"; a whole number of thousands
                                                     below a million also "5k"
+millions       whole number of 100,000s ≥ 1,000,000 "1.5 million", "20 million"
 currency_name  ISO code of a major currency         "euros", "US dollars", "Japanese yen", ...
 unit           a number                             with a unit symbol written against it:
                                                     "20ft", "440Hz", "2.5kg" (a unit after a
                                                     space, "$" before, "%" after: verbatim)
+code_name      a code for a parameter that says     what the code stands for: "Germany" for
+               what it codes (its words name a      a country's "DE" or "DEU", "Texas" for a
+               country, a state, a language or a    state's "TX", "French" for a language's
+               unit)                                "fr", "Celsius" for a unit's "C"
 =============  ===================================  ==========================================
+
+A code has a name only where the parameter says which code it is: "CA" is California for a
+``state`` and Canada for a ``country``, "IN" Indiana or India; the writer names it by the
+parameter and the reader maps the name back by the parameter (:func:`other_form`, which has
+no parameter, accepts the name of any table the code is in). The person writing the request
+says "Germany"; the tool takes "DE": the one inference a benchmark's questions ask most often
+that a request stating every value verbatim never teaches.
 
 Lists are stated item by item (each item in any of its forms), objects value by value. A
 boolean or a null has no form of its own: a request states it by naming the parameter
@@ -47,10 +59,16 @@ from typing import Any
 
 from .text import split_words
 
-__all__ = ["FORMS", "find", "forms", "other_form", "param_words", "stated", "verbatim", "write"]
+__all__ = [
+    "FORMS", "code_name", "find", "forms", "other_form", "param_words", "stated", "verbatim",
+    "write",
+]  # fmt: skip
 
 #: every form a value may be written in (see the module docstring)
-FORMS = ("verbatim", "date_long", "time_12h", "number_word", "thousands", "currency_name", "unit")
+FORMS = (
+    "verbatim", "date_long", "time_12h", "number_word", "thousands", "millions",
+    "currency_name", "unit", "code_name",
+)  # fmt: skip
 
 _MONTHS = [
     "January", "February", "March", "April", "May", "June",
@@ -90,6 +108,104 @@ _CURRENCIES = {
 }
 
 
+def _pairs(text: str) -> dict[str, str]:
+    """'AL Alabama|AK Alaska', over lines → {"AL": "Alabama", "AK": "Alaska"}."""
+    return dict(p.strip().split(" ", 1) for p in re.split(r"[|\n]", text) if p.strip())
+
+
+#: ISO 3166 codes (alpha-2/alpha-3) of countries people name often → the country
+_COUNTRIES = {
+    code: name
+    for codes, name in _pairs("""
+        US/USA the United States|GB/GBR the United Kingdom|CA/CAN Canada|MX/MEX Mexico
+        BR/BRA Brazil|AR/ARG Argentina|CL/CHL Chile|CO/COL Colombia|PE/PER Peru|FR/FRA France
+        DE/DEU Germany|IT/ITA Italy|ES/ESP Spain|PT/PRT Portugal|NL/NLD the Netherlands
+        BE/BEL Belgium|CH/CHE Switzerland|AT/AUT Austria|SE/SWE Sweden|NO/NOR Norway
+        DK/DNK Denmark|FI/FIN Finland|IE/IRL Ireland|PL/POL Poland|CZ/CZE the Czech Republic
+        GR/GRC Greece|TR/TUR Turkey|RU/RUS Russia|UA/UKR Ukraine|IL/ISR Israel|EG/EGY Egypt
+        ZA/ZAF South Africa|NG/NGA Nigeria|KE/KEN Kenya|MA/MAR Morocco|SA/SAU Saudi Arabia
+        AE/ARE the United Arab Emirates|IN/IND India|PK/PAK Pakistan|CN/CHN China|JP/JPN Japan
+        KR/KOR South Korea|TW/TWN Taiwan|SG/SGP Singapore|TH/THA Thailand|VN/VNM Vietnam
+        ID/IDN Indonesia|MY/MYS Malaysia|PH/PHL the Philippines|AU/AUS Australia
+        NZ/NZL New Zealand""").items()
+    for code in codes.split("/")
+}
+#: US states (and DC) by their postal codes
+_STATES = _pairs("""
+    AL Alabama|AK Alaska|AZ Arizona|AR Arkansas|CA California|CO Colorado|CT Connecticut
+    DE Delaware|FL Florida|GA Georgia|HI Hawaii|ID Idaho|IL Illinois|IN Indiana|IA Iowa
+    KS Kansas|KY Kentucky|LA Louisiana|ME Maine|MD Maryland|MA Massachusetts|MI Michigan
+    MN Minnesota|MS Mississippi|MO Missouri|MT Montana|NE Nebraska|NV Nevada|NH New Hampshire
+    NJ New Jersey|NM New Mexico|NY New York|NC North Carolina|ND North Dakota|OH Ohio
+    OK Oklahoma|OR Oregon|PA Pennsylvania|RI Rhode Island|SC South Carolina|SD South Dakota
+    TN Tennessee|TX Texas|UT Utah|VT Vermont|VA Virginia|WA Washington|WV West Virginia
+    WI Wisconsin|WY Wyoming|DC Washington, D.C.""")
+#: ISO 639-1 language codes → the language
+_LANGUAGES = _pairs("""
+    en English|fr French|de German|es Spanish|it Italian|pt Portuguese|nl Dutch|ru Russian
+    zh Chinese|ja Japanese|ko Korean|ar Arabic|hi Hindi|sv Swedish|pl Polish|tr Turkish
+    el Greek|he Hebrew|vi Vietnamese|th Thai|id Indonesian|uk Ukrainian|cs Czech|da Danish
+    fi Finnish|no Norwegian|hu Hungarian|ro Romanian|bn Bengali|fa Persian""")
+#: unit symbols a unit parameter takes → the unit's name
+_UNITS = {
+    "C": "Celsius", "F": "Fahrenheit", "K": "Kelvin", "km": "kilometers", "mi": "miles",
+    "m": "meters", "cm": "centimeters", "mm": "millimeters", "ft": "feet", "kg": "kilograms",
+    "g": "grams", "lb": "pounds", "lbs": "pounds", "oz": "ounces", "L": "liters",
+    "ml": "milliliters", "mph": "miles per hour", "kph": "kilometers per hour",
+}  # fmt: skip
+#: what a parameter's words say its code is: the word → (table, how its codes are cased)
+_CODE_KINDS: dict[str, tuple[dict[str, str], str]] = {
+    "country": (_COUNTRIES, "upper"),
+    "countries": (_COUNTRIES, "upper"),
+    "nationality": (_COUNTRIES, "upper"),
+    "state": (_STATES, "upper"),
+    "states": (_STATES, "upper"),
+    "language": (_LANGUAGES, "lower"),
+    "languages": (_LANGUAGES, "lower"),
+    "lang": (_LANGUAGES, "lower"),
+    "unit": (_UNITS, "exact"),
+    "units": (_UNITS, "exact"),
+}
+
+#: each table once, its codes casefolded (for :func:`other_form`, which reads casefolded text)
+_FOLDED_CODES = tuple(
+    {code.lower(): name for code, name in table.items()}
+    for table in (_COUNTRIES, _STATES, _LANGUAGES, _UNITS)
+)
+
+
+def _code_table(param: str | None) -> tuple[dict[str, str], str] | None:
+    """The code table a parameter's words name ("country_code": countries), or None."""
+    if not param:
+        return None
+    words = param_words(param).lower().split()
+    return next((_CODE_KINDS[w] for w in reversed(words) if w in _CODE_KINDS), None)
+
+
+def _code_key(value: str, case: str) -> str:
+    return value.upper() if case == "upper" else value.lower() if case == "lower" else value
+
+
+def code_name(value: Any, param: str | None) -> str | None:
+    """What the code ``value`` stands for, by what ``param`` says it codes ("DE" for
+    ``country_code`` → "Germany", for ``state`` → "Delaware"), or None. A value that is not
+    written as the table writes its codes ("de" for a country) has no name."""
+    kind = _code_table(param)
+    if kind is None or not isinstance(value, str):
+        return None
+    table, case = kind
+    if _code_key(value, case) != value:
+        return None
+    return table.get(value)
+
+
+def _name_in(name: str, text: str) -> bool:
+    return _string_in(name.removeprefix("the "), text)
+
+
+_MILLIONS = re.compile(r"(?<![\w.,])(\d+(?:\.\d+)?) million\b", re.I)
+
+
 def param_words(param: str) -> str:
     """A parameter identifier as words: ``"maxPrice"``, ``"max_price"`` → ``"max price"``."""
     return " ".join(split_words(param))
@@ -115,10 +231,14 @@ def _whole(value: Any) -> int | None:
     return None
 
 
-def forms(value: Any) -> list[tuple[str, str]]:
-    """Every ``(form, text)`` of a scalar value, verbatim first."""
+def forms(value: Any, param: str | None = None) -> list[tuple[str, str]]:
+    """Every ``(form, text)`` of a scalar value (given to ``param``, whose words may say what
+    a code stands for), verbatim first."""
     out = [("verbatim", verbatim(value))]
     if isinstance(value, str):
+        name = code_name(value, param)
+        if name is not None:
+            out.append(("code_name", name))
         m = _ISO_DATE.match(value)
         if m and 1 <= int(m.group(2)) <= 12 and 1 <= int(m.group(3)) <= 31:
             y, mo, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
@@ -155,13 +275,17 @@ def forms(value: Any) -> list[tuple[str, str]]:
             out.append(("thousands", f"{n:,}"))
             if n % 1000 == 0 and abs(n) < 1_000_000:
                 out.append(("thousands", f"{n // 1000}k"))
+        if abs(n) >= 1_000_000 and n % 100_000 == 0:
+            out.append(("millions", f"{n / 1_000_000:g} million"))
     return out
 
 
-def write(value: Any, rng: random.Random, *, transform_p: float = 0.4) -> tuple[str, str]:
+def write(
+    value: Any, rng: random.Random, *, transform_p: float = 0.4, param: str | None = None
+) -> tuple[str, str]:
     """``(form, text)``: verbatim, or with probability ``transform_p`` another form of the
-    value where it has one (drawn from ``rng``)."""
-    options = forms(value)
+    value (given to ``param``) where it has one (drawn from ``rng``)."""
+    options = forms(value, param)
     if len(options) > 1 and rng.random() < transform_p:
         return rng.choice(options[1:])
     return options[0]
@@ -226,10 +350,17 @@ def _times_in(text: str) -> set[str]:
     return out
 
 
-def _scalar(value: Any, text: str) -> str | None:
+def _millions_in(n: int, text: str) -> bool:
+    return any(round(float(m.group(1)) * 1_000_000) == n for m in _MILLIONS.finditer(text))
+
+
+def _scalar(value: Any, text: str, param: str | None = None) -> str | None:
     if isinstance(value, str):
         if _string_in(value, text):
             return "verbatim"
+        name = code_name(value, param)
+        if name is not None and _name_in(name, text):
+            return "code_name"
         if _ISO_DATE.match(value) and value in _dates_in(text):
             return "date_long"
         if _HHMM.match(value) and value in _times_in(text):
@@ -251,6 +382,8 @@ def _scalar(value: Any, text: str) -> str | None:
             or (n % 1000 == 0 and re.search(rf"(?<![\w.]){n // 1000}k\b", text, re.I))
         ):
             return "thousands"
+        if abs(n) >= 1_000_000 and _millions_in(n, text):
+            return "millions"
         if any(_unit_in(c, text) for c in {*candidates, f"{n:,}"}):  # "5,000m" too
             return "unit"
         return None
@@ -275,6 +408,10 @@ def other_form(value: Any, text: str) -> str | None:
             return "date_long"
         if _HHMM.match(value) and value in _times_in(text):
             return "time_12h"
+        for folded in _FOLDED_CODES:  # no parameter: any table the code is in, in any case
+            name = folded.get(value.lower())
+            if name is not None and _name_in(name, text):
+                return "code_name"
         return None
     n = _whole(value)
     if n is None or (n not in _NUMBER_WORDS and abs(n) < 1000):
@@ -303,7 +440,7 @@ def find(value: Any, text: str, param: str | None = None) -> str | None:
         if any(f is None for f in found):
             return None
         return next((f for f in found if f != "verbatim"), "verbatim")
-    return _scalar(value, text)
+    return _scalar(value, text, param)
 
 
 def stated(value: Any, text: str, param: str | None = None) -> bool:

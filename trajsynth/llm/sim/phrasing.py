@@ -636,7 +636,7 @@ def _slot(
         else:
             shown_items = []
             for v in value:
-                _, t = write_value(v, rng, transform_p=0.3)
+                _, t = write_value(v, rng, transform_p=0.3, param=param)
                 shown_items.append(_quoted(t, rng) if isinstance(v, str) and " " in t else t)
             joined = _and(shown_items, rng) if shown_items else "none"
         be = "are" if len(value) != 1 else "is"
@@ -648,7 +648,16 @@ def _slot(
     numeric = isinstance(value, (int, float))
     whole = numeric and float(value).is_integer() and value >= 0
     count = _COUNTABLE.match(pw) if whole else None
-    form, shown = write_value(value, rng)
+    form, shown = write_value(value, rng, param=param)
+    if form == "code_name":  # "in Germany" for a country code, "into French" for a language
+        ent = _entity(pw)
+        statement = f"the {ent or pw} is {shown}"
+        if words[0] in ("from", "origin", "source") or last in ("origin", "source"):
+            return Slot(param, f"from {shown}", statement, "prep")
+        if words[0] in ("to", "target", "destination") or last in ("target", "destination"):
+            return Slot(param, f"{rng.choice(['to', 'into'])} {shown}", statement, "prep")
+        return Slot(param, rng.choice([f"in {shown}", f"in {shown}", f"for {shown}"]), statement,
+                    "prep")  # fmt: skip
     if form == "number_word" and not count:  # "two nights", never "digits = two"
         shown = verbatim(value)
     if form == "thousands" and ("year" in pw or 1000 <= value <= 2100):  # never "year 1,861"
@@ -1152,7 +1161,7 @@ def _mapping(args: dict[str, Any], request: str, outputs: list[Any], rng: random
             continue
         if form not in (None, "verbatim") and not isinstance(v, (list, dict)):
             written = next(
-                (t for f, t in surface_forms(v) if f == form and t.lower() in request.lower()),
+                (t for f, t in surface_forms(v, k) if f == form and t.lower() in request.lower()),
                 None,
             )
             if written:
