@@ -1,7 +1,8 @@
 """BFCL built in (``trajsynth.train.bfcl``, ``trajsynth eval --benchmark bfcl``): an oracle that
 answers with the possible answers scores 100% on every category, prose scores 0 where a call is
-due and 100% on irrelevance, a wrong value is counted as one, the spread limit is stable, and
-contamination finds BFCL's single-turn names and questions.
+due and 100% on irrelevance, a wrong value is counted as one, the spread limit is stable,
+contamination finds BFCL's single-turn names and questions, and a run compared with a baseline
+gets each difference on the shared questions with a paired interval.
 
 Run: python -m pytest tests/train/test_bfcl.py -q
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from trajsynth.core.errors import ConfigError, InputNotFoundError
+from trajsynth.core.errors import ConfigError, DataError, InputNotFoundError
 from trajsynth.core.schema import Message, ToolCall
 from trajsynth.llm.base import ChatRequest
 from trajsynth.llm.parsing import format_hermes
@@ -25,9 +26,11 @@ from trajsynth.llm.scripted import scripted_client
 from trajsynth.train.bfcl import (
     MEAN_OVER,
     BfclConfig,
+    compare_answers,
     contamination,
     evaluate_bfcl,
     load_category,
+    read_answers,
     single_turn_index,
 )
 
@@ -137,6 +140,8 @@ def test_cli_benchmark_errors_exit_2_without_traceback(bfcl_dir: Path, tmp_path:
         (["--benchmark", "bfcl", "--categories", "simple_cobol"], "unknown BFCL category"),
         (["--benchmark", "bfcl", "--data-dir", str(tmp_path / "x")], "does not exist"),
         (["--benchmark", "bfcl", "--tasks", str(tmp_path)], "either --tasks or --benchmark"),
+        (["--benchmark", "bfcl", "--baseline", str(tmp_path / "a.json")], "no answers file"),
+        (["--tasks", str(tmp_path), "--baseline", str(tmp_path)], "--baseline goes with"),
     ]
     for args, needle in cases:
         res = subprocess.run([*base, *args], capture_output=True, text=True, timeout=120)
@@ -186,3 +191,33 @@ def test_the_mean_interval_resamples_within_each_category() -> None:
     assert stratified_mean_interval([[True], [False, True]]) == (None, None)
     # one category all right, one all wrong: no spread within either, so none in the mean
     assert stratified_mean_interval([[True] * 20, [False] * 20]) == (0.5, 0.5)
+
+
+def test_a_baseline_comparison_pairs_the_questions_both_runs_answered(
+    bfcl_dir: Path, tmp_path: Path
+) -> None:
+    cats = [*CATS, "irrelevance"]
+    cfg = BfclConfig(categories=cats, limit=6, data_dir=str(bfcl_dir))
+    right = evaluate_bfcl(scripted_client("eval", oracle(bfcl_dir, cats, 6)), cfg).answers
+    prose = evaluate_bfcl(scripted_client("eval", lambda r: "No idea."), cfg).answers
+    versus = compare_answers(right, prose)
+    for cat in CATS:  # every call category: 6 of 6 against 0 of 6, on every resample
+        d = versus[cat]
+        assert (d.questions, d.baseline, d.accuracy, d.difference) == (6, 0.0, 1.0, 1.0)
+        assert d.interval == (1.0, 1.0)
+    assert versus["irrelevance"].difference == 0.0  # both declined every one
+    assert versus["mean"].questions == 30 and versus["mean"].difference == 1.0
+    # half the baseline's answers right in each category: the paired differences are 0 or 1
+    half = [{**a, "correct": a["correct"] or i % 2 == 0} for i, a in enumerate(prose)]
+    mixed = compare_answers(right, half)["mean"]
+    assert mixed.difference == 0.5 and 0.2 <= mixed.interval[0] < 0.5 < mixed.interval[1] <= 0.8
+    # only the shared questions count; a file from elsewhere is one clear error
+    partial = compare_answers(right[:3], prose)
+    assert set(partial) == {"simple_python"} and partial["simple_python"].questions == 3
+    with pytest.raises(DataError, match="share no question"):
+        compare_answers(right, [{**a, "id": "x" + a["id"]} for a in prose])
+    (tmp_path / "rows.json").write_text(json.dumps([{"messages": []}]))
+    with pytest.raises(DataError, match="not a BFCL answers file"):
+        read_answers(tmp_path / "rows.json")
+    (tmp_path / "a.json").write_text(json.dumps(right))
+    assert read_answers(tmp_path / "a.json") == json.loads(json.dumps(right))

@@ -532,6 +532,14 @@ def eval_command(
             help="With --benchmark: write the report as JSON here.", rich_help_panel=BENCHMARK
         ),
     ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --benchmark: an earlier run's answers (its --episodes file); each "
+            "category's difference on the questions both answered, with a paired 95% interval.",
+            rich_help_panel=BENCHMARK,
+        ),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -610,11 +618,17 @@ def eval_command(
             name=str(model) if model is not None else f"{base_url} {api_model}".strip(),
             answers=episodes,
             as_json=as_json,
+            baseline=baseline,
         )
         return
     if tasks is None:
         raise ConfigError("give --tasks ROWS (held-out task rows) or --benchmark bfcl")
-    for flag, value in (("--categories", categories), ("--data-dir", data_dir), ("--out", out)):
+    for flag, value in (
+        ("--categories", categories),
+        ("--data-dir", data_dir),
+        ("--out", out),
+        ("--baseline", baseline),
+    ):
         if value is not None:
             raise ConfigError(f"{flag} goes with --benchmark")
     from ..train.rollout import ChatPlayer, RolloutConfig
@@ -690,11 +704,20 @@ def _eval_benchmark(
     name: str,
     answers: Path | None,
     as_json: bool,
+    baseline: Path | None = None,
 ) -> None:
     """``eval --benchmark bfcl``: BFCL's single-turn categories (:mod:`trajsynth.train.bfcl`)."""
     if benchmark.lower() != "bfcl":
         raise ConfigError(f"unknown benchmark {benchmark!r}", hint="available: bfcl")
-    from ..train.bfcl import DEFAULT_CATEGORIES, BfclConfig, evaluate_bfcl
+    from ..train.bfcl import (
+        DEFAULT_CATEGORIES,
+        BfclConfig,
+        compare_answers,
+        evaluate_bfcl,
+        read_answers,
+    )
+
+    before = read_answers(baseline) if baseline is not None else None  # before the long part
 
     cats = categories.split(",") if categories else list(DEFAULT_CATEGORIES)
     cfg = BfclConfig(
@@ -718,6 +741,9 @@ def _eval_benchmark(
             return lambda n: bar.advance(task, n)
 
         report = evaluate_bfcl(player, cfg, model=name, progress=progress)
+    if before is not None:
+        report.baseline = str(baseline)
+        report.versus = compare_answers(report.answers, before)
     if answers is not None:
         answers.write_text(json.dumps(report.answers, indent=1, default=str))
     if out is not None:
@@ -758,12 +784,28 @@ def print_bfcl_report(report: Any) -> None:
             "",
         )
     console.print(t)
+    if report.versus:
+        v = Table(title=f"against {report.baseline}", title_justify="left")
+        for col in ("category", "questions", "baseline", "this run", "difference", "95% interval"):
+            v.add_column(col, justify="left" if col == "category" else "right")
+        for cat, d in report.versus.items():
+            v.add_row(
+                "[bold]mean[/] (5 AST categories)" if cat == "mean" else cat,
+                str(d.questions),
+                f"{d.baseline:.1%}",
+                f"{d.accuracy:.1%}",
+                f"{d.difference:+.1%}",
+                _interval(d.interval, signed=True),
+            )
+        console.print(v)
     sys.stdout.flush()
 
 
-def _interval(bounds: Any) -> str:
+def _interval(bounds: Any, signed: bool = False) -> str:
     low, high = bounds
-    return "" if low is None or high is None else f"{low:.0%}-{high:.0%}"
+    if low is None or high is None:
+        return ""
+    return f"{low:+.0%} to {high:+.0%}" if signed else f"{low:.0%}-{high:.0%}"
 
 
 def _print_report(name: str, report: Any) -> None:

@@ -28,7 +28,11 @@ dependencies; nothing is downloaded at run time), or from any folder laid out li
 5) the report: accuracy per category with its count and 95% bootstrap interval, the mean
    over :data:`MEAN_OVER` (when all of them were run) with its interval (questions resampled
    within each category), and each answer when asked. At 20 questions a category one
-   question is 0.05 and the interval is about ±0.2 wide: read small differences with it.
+   question is 0.05 and the interval is about ±0.2 wide: read small differences with it;
+6) against a baseline (:func:`compare_answers`: an earlier run's answers, ``eval
+   --baseline``): on the questions both runs answered, each category's difference and the
+   mean's, with a paired 95% bootstrap interval (a question both get right, or both wrong,
+   adds no noise), narrower than two runs' intervals side by side.
 
 :func:`single_turn_index` lists the names of every single-turn function and the text of every
 single-turn question, so that a training set can be checked for contamination
@@ -42,7 +46,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +54,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ..core.errors import ConfigError, InputNotFoundError
+from ..core.errors import ConfigError, DataError, InputNotFoundError
 from ..envs.importers.bfcl import (
     INSTALL_HINT,
     BfclEntry,
@@ -62,7 +66,7 @@ from ..envs.importers.bfcl import (
 )
 from ..envs.verifiers import bfcl_check
 from ..llm.base import FatalEndpointError
-from ..quality.intervals import mean_interval
+from ..quality.intervals import mean_interval, paired_difference
 
 __all__ = [
     "CATEGORIES",
@@ -71,11 +75,14 @@ __all__ = [
     "BfclConfig",
     "BfclReport",
     "CategoryScore",
+    "Difference",
     "SingleTurnIndex",
     "bfcl_data_dir",
+    "compare_answers",
     "contamination",
     "evaluate_bfcl",
     "load_category",
+    "read_answers",
     "row_contamination",
     "single_turn_index",
 ]
@@ -178,6 +185,18 @@ class CategoryScore(BaseModel):
     )
 
 
+class Difference(BaseModel):
+    """One category (or the mean) against a baseline run, on the questions both answered."""
+
+    questions: int = Field(description="Questions both runs answered.")
+    baseline: float = Field(description="The baseline's accuracy on them.")
+    accuracy: float = Field(description="This run's accuracy on them.")
+    difference: float = Field(description="accuracy − baseline.")
+    interval: tuple[float | None, float | None] = Field(
+        default=(None, None), description="Paired 95% bootstrap interval of the difference."
+    )
+
+
 class BfclReport(BaseModel):
     """Accuracy per category, the mean over :data:`MEAN_OVER`, and (optionally) answers."""
 
@@ -194,6 +213,11 @@ class BfclReport(BaseModel):
     )
     seconds: float = 0.0
     data_dir: str = ""
+    baseline: str | None = Field(default=None, description="The answers compared against.")
+    versus: dict[str, Difference] = Field(
+        default_factory=dict,
+        description="Against the baseline: category (and mean) → difference (step 6).",
+    )
     answers: list[dict[str, Any]] = Field(default_factory=list, exclude=True)
 
     def accuracies(self) -> dict[str, float]:
@@ -338,11 +362,12 @@ def evaluate_bfcl(
 
 
 def stratified_mean_interval(
-    groups: list[list[bool]], *, resamples: int = 10_000, seed: int = 0
+    groups: Sequence[Sequence[float]], *, resamples: int = 10_000, seed: int = 0
 ) -> tuple[float | None, float | None]:
-    """The 95% percentile-bootstrap interval of the mean of the groups' accuracies, each
-    group's answers resampled within it (the categories keep their sizes, as the benchmark
-    does); (None, None) when a group has fewer than two answers."""
+    """The 95% percentile-bootstrap interval of the mean of the groups' means (accuracies, or
+    paired per-question differences), each group's answers resampled within it (the
+    categories keep their sizes, as the benchmark does); (None, None) when a group has fewer
+    than two answers."""
     if not groups or any(len(g) < 2 for g in groups):
         return (None, None)
     rng = np.random.default_rng(seed)
@@ -352,7 +377,68 @@ def stratified_mean_interval(
         means += x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
     means /= len(groups)
     low, high = np.percentile(means, [2.5, 97.5])
-    return round(float(low), 4), round(float(high), 4)
+    return round(float(low), 4) + 0.0, round(float(high), 4) + 0.0  # never -0.0
+
+
+def read_answers(path: str | Path) -> list[dict[str, Any]]:
+    """A run's answers as ``eval --benchmark bfcl --episodes`` writes them (each with its
+    ``id``, ``category`` and ``correct``); one clear error for anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputNotFoundError(f"no answers file at {path}")
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(rows, list) or not all(
+        isinstance(r, dict) and {"id", "category", "correct"} <= r.keys() for r in rows
+    ):
+        raise DataError(
+            f"{path} is not a BFCL answers file",
+            hint="give the --episodes file of an earlier `trajsynth eval --benchmark bfcl`",
+        )
+    return rows
+
+
+def compare_answers(
+    answers: Sequence[Mapping[str, Any]], baseline: Sequence[Mapping[str, Any]]
+) -> dict[str, Difference]:
+    """Step 6: per category the two runs' accuracies on the questions both answered (paired
+    by question id) and the difference's paired bootstrap interval; ``mean`` over
+    :data:`MEAN_OVER` when both runs answered every one of them (each category's
+    per-question differences resampled within it). Raises when no question is shared."""
+    before = {str(a["id"]): bool(a["correct"]) for a in baseline}
+    pairs: dict[str, list[tuple[bool, bool]]] = {}
+    for a in answers:
+        key = str(a["id"])
+        if key in before:
+            pairs.setdefault(str(a["category"]), []).append((bool(a["correct"]), before[key]))
+    if not pairs:
+        raise DataError(
+            "the two runs share no question",
+            hint="compare runs of the same categories (and the same --limit)",
+        )
+    out: dict[str, Difference] = {}
+    for cat, both in pairs.items():
+        now, then = [float(x) for x, _ in both], [float(y) for _, y in both]
+        diff, interval = paired_difference(now, then)
+        out[cat] = Difference(
+            questions=len(both),
+            baseline=round(sum(then) / len(then), 4),
+            accuracy=round(sum(now) / len(now), 4),
+            difference=diff or 0.0,
+            interval=interval,
+        )
+    if all(c in out for c in MEAN_OVER):
+        groups = [[x - y for x, y in pairs[c]] for c in MEAN_OVER]
+        out["mean"] = Difference(
+            questions=sum(len(pairs[c]) for c in MEAN_OVER),
+            baseline=round(sum(out[c].baseline for c in MEAN_OVER) / len(MEAN_OVER), 4),
+            accuracy=round(sum(out[c].accuracy for c in MEAN_OVER) / len(MEAN_OVER), 4),
+            difference=round(sum(out[c].difference for c in MEAN_OVER) / len(MEAN_OVER), 4),
+            interval=stratified_mean_interval(groups),
+        )
+    return out
 
 
 def _arun(coro: Any) -> Any:
