@@ -253,3 +253,39 @@ def test_focus_adds_the_view_with_only_the_functions_it_calls() -> None:
                  and r.extra["single_turn"].get("focus")]  # fmt: skip
     assert len(contrasts) == 4 == counters["views.focused"]
     assert all([t["function"]["name"] for t in r.tools] == ["add"] for r in contrasts)
+
+
+def test_opaque_renames_the_offered_functions_and_their_calls_alike() -> None:
+    """A request echoes its function's name words; behind an opaque name ("GetWea") only the
+    description says whether the function fits, in call and contrast views alike."""
+    from trajsynth.stages.quality.single_turn import opaque_name
+
+    assert opaque_name("change_food", set()) == "ChaFoo"
+    assert opaque_name("getCurrentWeather", set()) == "GetCurWea"
+    assert opaque_name("cmd_controller.execute", set()) == "CmdConExe"
+    assert opaque_name("get_weather", {"GetWea"}) == "GetWea2"
+    rows = [task_row(f"r{i}", [WEATHER, FORECAST, FLIGHTS]) for i in range(60)]
+    other = [task_row(f"m{i}", [tool("add", "Add two numbers.")]).derive(domain="math")
+             for i in range(2)]  # fmt: skip
+    out, counters = views({"opaque": 0.3, "withhold": 0.5}, [*rows, *other])
+    opaque = [r for r in out if r.tools[0]["function"]["name"][0].isupper()]
+    assert len(opaque) == counters["views.opaque"] and 0.15 < len(opaque) / len(out) < 0.45
+    for r in opaque:
+        names = [t["function"]["name"] for t in r.tools]
+        assert len(set(names)) == len(names) and all(n[0].isupper() for n in names)
+        descriptions = [t["function"]["description"] for t in r.tools]
+        assert any("weather" in d or "Add" in d or "flights" in d for d in descriptions)
+        calls = r.messages[-1].tool_calls or []
+        assert all(c.name in names for c in calls)  # every call names an offered function
+        if calls:
+            assert calls[0].name == "GetWea" and calls[0].arguments == '{"city": "Oslo"}'
+            assert r.ground_truth.turns[0].steps[0][0].name == "GetWea"
+            assert r.tools[names.index("GetWea")] == {
+                **WEATHER, "function": {**WEATHER["function"], "name": "GetWea"}
+            }  # fmt: skip
+    assert any(not r.messages[-1].tool_calls for r in opaque)  # contrast views too
+    # drawn per view id: the same views on every run, none without the option
+    again, _ = views({"opaque": 0.3, "withhold": 0.5}, [*rows, *other])
+    assert [r.tools for r in again] == [r.tools for r in out]
+    plain, counters = views({"withhold": 0.5}, [*rows, *other])
+    assert "views.opaque" not in counters and [r.id for r in plain] == [r.id for r in out]

@@ -57,10 +57,22 @@ This stage makes the first decisions cheap to train on:
    would all go and that gets no replacement is passed over (``withhold.nothing_left``).
    The student sees the same request with and without the function it needs: the one thing
    BFCL's irrelevance categories score;
-7) with ``keep_rows`` the original rows flow on too (after their views).
+7) with ``opaque`` p, a share p of the views (each drawn on its own, seeded by its id,
+   contrast views and copies too) offer every function under an opaque name, as many real
+   APIs name theirs (``ChaFod``, ``ThinQ_Connect``, ``GetProductDetailsV1``): each word's
+   first three letters, capitalized and run together (``change_food`` → ``ChaFoo``,
+   ``search_flights`` → ``SeaFli``; a number after a name another function took), the calls
+   renamed alike, in the message and the ground truth (ours). The request never names a
+   function but echoes its words, so without it whether a function fits is read off its
+   name: 8% of a benchmark run's call views share no name word with their request, against
+   38% of BFCL live_simple's questions, and the student declined functions whose names its
+   request did not echo. Behind an opaque name the description is what tells, in call and
+   contrast views alike (``views.opaque``);
+8) with ``keep_rows`` the original rows flow on too (after their views).
 
 Metrics: ``rows``, ``views``, ``views.<class>``, ``views.withheld``, ``views.focused``,
-``no_assistant``, ``needless``, ``spurious``, ``withhold.swapped``, ``withhold.nothing_left``.
+``views.opaque``, ``no_assistant``, ``needless``, ``spurious``, ``withhold.swapped``,
+``withhold.nothing_left``.
 """
 
 from __future__ import annotations
@@ -88,6 +100,8 @@ __all__ = [
     "decision_class",
     "first_decision",
     "needless",
+    "opaque_name",
+    "opaque_view",
     "spurious",
     "withheld_view",
 ]
@@ -126,6 +140,14 @@ class SingleTurnConfig(StageConfig):
         description="Share of call views offering other functions besides those called "
         "that also yield a focused view: only the called functions offered, the same calls "
         "(a benchmark's single-function questions).",
+    )
+    opaque: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of views whose offered functions are renamed as opaque API names "
+        "('ChaFoo' for change_food), their calls too: the description, not the name, tells "
+        "whether a function fits.",
     )
     drop_needless: bool = Field(
         True,
@@ -280,6 +302,57 @@ def withheld_view(
     )
 
 
+def opaque_name(name: str, taken: set[str]) -> str:
+    """Step 7: each word's first three letters, capitalized, run together ("change_food" →
+    "ChaFoo"); a number after it when ``taken`` holds it already."""
+    words = split_words(name.replace(".", "_")) or [name]
+    base = "".join(w[:3].capitalize() for w in words)
+    out, n = base, 2
+    while out in taken:
+        out, n = f"{base}{n}", n + 1
+    return out
+
+
+def opaque_view(view: Trajectory) -> Trajectory:
+    """Step 7: ``view`` with every offered function under an opaque name, and its calls (in
+    the last message and the ground truth) renamed alike."""
+    renamed: dict[str, str] = {}
+    for t in _tools(view):
+        name = str(_function(t).get("name", ""))
+        renamed.setdefault(name, opaque_name(name, set(renamed.values())))
+    tools = []
+    for t in _tools(view):
+        fn = _function(t)
+        new = {**fn, "name": renamed[str(fn.get("name", ""))]}
+        tools.append({**t, "function": new} if "function" in t else new)
+    last = view.messages[-1]
+    if last.tool_calls:
+        calls = [
+            c.model_copy(update={"name": renamed.get(c.name, c.name)}) for c in last.tool_calls
+        ]
+        last = last.model_copy(update={"tool_calls": calls})
+    messages = [*view.messages[:-1], last]
+    gt = view.ground_truth
+    if gt is not None:
+        gt = gt.model_copy(
+            update={
+                "turns": [
+                    turn.model_copy(
+                        update={
+                            "steps": [
+                                [c.model_copy(update={"name": renamed.get(c.name, c.name)})
+                                 for c in step]
+                                for step in turn.steps
+                            ]
+                        }
+                    )
+                    for turn in gt.turns
+                ]
+            }
+        )  # fmt: skip
+    return view.derive(tools=tools, messages=messages, ground_truth=gt, step_diffs=view.step_diffs)
+
+
 def _offered(rows: list[Trajectory]) -> list[tuple[str, Any]]:
     """Every function offered in ``rows``, once by (domain, name), in first-seen order."""
     seen: dict[tuple[str, str], Any] = {}
@@ -320,7 +393,7 @@ class SingleTurn(MapStage[SingleTurnConfig]):
                             ctx.metrics.inc("views.focused")
                     for variant, tag in variants:
                         out.extend(self._emit(row, variant, kind, tag, others, ctx))
-                if self.config.keep_rows:  # 7)
+                if self.config.keep_rows:  # 8)
                     out.append(row)
             if out:
                 yield out
@@ -347,14 +420,17 @@ class SingleTurn(MapStage[SingleTurnConfig]):
         for copy in range(copies):
             ctx.metrics.inc("views")
             ctx.metrics.inc(f"views.{kind}")
-            yield view.derive(
-                id=Trajectory.make_id(row.id, "single_turn", *tag, copy),
-                parent_ids=[row.id],
-                extra={
-                    **(row.extra or {}),
-                    **weighted,
-                    "single_turn": {"class": kind, "copy": copy, **focus},
-                },
+            yield self._opaque(
+                view.derive(
+                    id=Trajectory.make_id(row.id, "single_turn", *tag, copy),
+                    parent_ids=[row.id],
+                    extra={
+                        **(row.extra or {}),
+                        **weighted,
+                        "single_turn": {"class": kind, "copy": copy, **focus},
+                    },
+                ),
+                ctx,
             )
         withhold = self.config.withhold
         rng = random.Random(ctx.row_seed("withhold", row.id, *tag))
@@ -368,11 +444,22 @@ class SingleTurn(MapStage[SingleTurnConfig]):
         ctx.metrics.inc("views.withheld")
         if _names(contrast) - _names(view):
             ctx.metrics.inc("withhold.swapped")
-        yield contrast.derive(
-            id=Trajectory.make_id(row.id, "single_turn", *tag, "withheld"),
-            parent_ids=[row.id],
-            extra={
-                **(row.extra or {}),
-                "single_turn": {"class": "none", "withheld": kind, **focus},
-            },
+        yield self._opaque(
+            contrast.derive(
+                id=Trajectory.make_id(row.id, "single_turn", *tag, "withheld"),
+                parent_ids=[row.id],
+                extra={
+                    **(row.extra or {}),
+                    "single_turn": {"class": "none", "withheld": kind, **focus},
+                },
+            ),
+            ctx,
         )
+
+    def _opaque(self, view: Trajectory, ctx: Context) -> Trajectory:
+        """Step 7 for one emitted view (drawn by its id)."""
+        p = self.config.opaque
+        if not p or random.Random(ctx.row_seed("opaque", view.id)).random() >= p:
+            return view
+        ctx.metrics.inc("views.opaque")
+        return opaque_view(view)
