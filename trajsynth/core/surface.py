@@ -30,9 +30,9 @@ code_name      a code for a parameter that says     what the code stands for: "G
 A code has a name only where the parameter says which code it is: "CA" is California for a
 ``state`` and Canada for a ``country``, "IN" Indiana or India; the writer names it by the
 parameter and the reader maps the name back by the parameter (:func:`other_form`, which has
-no parameter, accepts the name of any table the code is in). The person writing the request
-says "Germany"; the tool takes "DE": the one inference a benchmark's questions ask most often
-that a request stating every value verbatim never teaches.
+no parameter, accepts the name of any table the code is in). The person writing a request
+says "Germany" where the tool takes "DE": an inference real requests ask of a model, which a
+request stating every value verbatim never teaches.
 
 Lists are stated item by item (each item in any of its forms), objects value by value. A
 boolean or a null has no form of its own: a request states it by naming the parameter
@@ -139,7 +139,7 @@ _STATES = _pairs("""
     NJ New Jersey|NM New Mexico|NY New York|NC North Carolina|ND North Dakota|OH Ohio
     OK Oklahoma|OR Oregon|PA Pennsylvania|RI Rhode Island|SC South Carolina|SD South Dakota
     TN Tennessee|TX Texas|UT Utah|VT Vermont|VA Virginia|WA Washington|WV West Virginia
-    WI Wisconsin|WY Wyoming|DC Washington, D.C.""")
+    WI Wisconsin|WY Wyoming|DC the District of Columbia""")
 #: ISO 639-1 language codes → the language
 _LANGUAGES = _pairs("""
     en English|fr French|de German|es Spanish|it Italian|pt Portuguese|nl Dutch|ru Russian
