@@ -32,7 +32,8 @@ dependencies; nothing is downloaded at run time), or from any folder laid out li
 6) against a baseline (:func:`compare_answers`: an earlier run's answers, ``eval
    --baseline``): on the questions both runs answered, each category's difference and the
    mean's, with a paired 95% bootstrap interval (a question both get right, or both wrong,
-   adds no noise), narrower than two runs' intervals side by side.
+   adds no noise), narrower than two runs' intervals side by side. It resamples the
+   questions, not the training: two SFT runs on nearly the same rows differ by more.
 
 :func:`single_turn_index` lists the names of every single-turn function and the text of every
 single-turn question, so that a training set can be checked for contamination
