@@ -28,6 +28,7 @@ VALUES = {"model": "tiny"}
 NEEDS = {
     "eval --tasks": ["--model", "tiny"],
     "eval --data-dir": ["--benchmark", "bfcl", "--base-url", "http://127.0.0.1:9"],
+    "eval --baseline": ["--benchmark", "bfcl", "--base-url", "http://127.0.0.1:9"],
 }
 
 
