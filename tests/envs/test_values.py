@@ -171,6 +171,9 @@ def test_invented_values_are_too_many_to_memorize_and_read_as_people_write_them(
     assert {vocab.integer_like("n", bounded, rng) for _ in range(300)} == {3, 4, 5, 6}
     nums = [vocab.number_like("price", {"minimum": 0.5, "maximum": 99}, rng) for _ in range(500)]
     assert all(0.5 <= x <= 99 for x in nums) and len(set(nums)) > 200
+    # a whole number as people write it: 20, never 20.0 (a float only where it has a fraction)
+    assert 20 < sum(isinstance(x, int) for x in nums) < 400
+    assert all(isinstance(x, int) or not x.is_integer() for x in nums)
 
     days = {vocab.date_like(rng) for _ in range(300)}
     assert len(days) > 250 and all(re.fullmatch(r"202[4-7]-\d\d-\d\d", d) for d in days)

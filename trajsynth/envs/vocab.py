@@ -19,7 +19,9 @@ were 1-5 and numbers uniform in 1-500, where people write 12,000, 2.5 and 1990. 
    them (:func:`integer_like`, :func:`number_like`): a year where the name says year, small
    counts half the time, else tens, hundreds and thousands, round more often than not;
    decimals with one or two places, and rates below one; all within the schema's
-   ``minimum`` / ``maximum``.
+   ``minimum`` / ``maximum``. A whole number is an ``int`` even where the schema says
+   ``number``: JSON has one number type, people write "120", not "120.0", and a student that
+   saw ``120.0`` wrote ``10000.0`` for BFCL's integer parameters (a type error there).
 
 Every draw takes the caller's ``random.Random``, so a seeded run draws the same values; the
 pools are built once per process, in a fixed order.
@@ -240,8 +242,8 @@ def integer_like(param: str, schema: Mapping[str, Any], rng: random.Random) -> i
     return int(_within(value, lo_i, hi_i, rng.randint))
 
 
-def number_like(param: str, schema: Mapping[str, Any], rng: random.Random) -> float:
-    """Step 5 for numbers."""
+def number_like(param: str, schema: Mapping[str, Any], rng: random.Random) -> int | float:
+    """Step 5 for numbers: a whole one as an ``int``."""
     lo, hi = _bounds(schema, 0.01)
     r = rng.random()
     if r < 0.25:
@@ -252,4 +254,5 @@ def number_like(param: str, schema: Mapping[str, Any], rng: random.Random) -> fl
         value = round(rng.uniform(0.01, 0.99), 2)
     else:
         value = float(rng.choice(_ROUND))
-    return float(_within(value, lo, hi, lambda a, b: min(b, max(a, round(rng.uniform(a, b), 2)))))
+    value = float(_within(value, lo, hi, lambda a, b: min(b, max(a, round(rng.uniform(a, b), 2)))))
+    return int(value) if value.is_integer() else value

@@ -864,6 +864,14 @@ def _and(items: list[str], rng: random.Random) -> str:
     return ", ".join(items[:-1]) + rng.choice([" and ", ", and "]) + items[-1]
 
 
+def _unit(info: Any, param: str) -> tuple[str, str] | None:
+    """:func:`unit_of` for a parameter of a tool (``info``: its entry in the tool set)."""
+    props = info.properties if info else {}
+    money = not any("currency" in (param_words(p) or p) for p in props)
+    about = props.get(param) if isinstance(props.get(param), dict) else {}
+    return unit_of(param, str(about.get("description") or ""), money)
+
+
 def _clause(
     call: GoldCall, tools: Any, rng: random.Random, outputs: list[Any], taboo: set[str]
 ) -> _Clause:
@@ -879,12 +887,8 @@ def _clause(
         said += rng.choice([f" on {intent.source}", f" from {intent.source}"])
     clause = _Clause(call.name, intent, verb, said)
     head = said.split()[-1]
-    props = info.properties if info else {}
-    money = not any("currency" in (param_words(p) or p) for p in props)
     for k, v in call.arguments.items():
-        about = props.get(k) if isinstance(props.get(k), dict) else {}
-        unit = unit_of(k, str(about.get("description") or ""), money)
-        slot = _slot(k, v, rng, derived=_derived(v, outputs), unit=unit)
+        slot = _slot(k, v, rng, derived=_derived(v, outputs), unit=_unit(info, k))
         pw = param_words(k)
         ent = _entity(pw)
         names_it = (ent and head in (ent, ent + "s")) or (pw == "path" and head in _PATHISH)
@@ -999,6 +1003,101 @@ def _same_tool(first: _Clause, other: _Clause, rng: random.Random) -> str | None
     return rng.choice(_SAME).format(values)
 
 
+#: how often calls of one tool that differ in one or two values are said as one clause
+CONJOIN_P = 0.5
+
+
+def _conjoined(
+    calls: list[GoldCall], group: list[_Clause], tools: Any, rng: random.Random
+) -> _Clause | None:
+    """Calls of one tool that differ in one or two values, said once with the values joined,
+    as people (and BFCL's parallel questions) say them: "the weather in Paris and Rome",
+    "songs by Adele and Sting for 20 and 15 minutes respectively". None where they differ in
+    more, in a switch, or in a value an earlier call returns."""
+    first = group[0]
+    params = [s.param for s in first.slots]
+    if any([s.param for s in c.slots] != params for c in group[1:]):
+        return None
+    diff = [
+        i
+        for i, p in enumerate(params)
+        if len({json.dumps(c.arguments.get(p), sort_keys=True) for c in calls}) > 1
+    ]
+    if not 1 <= len(diff) <= 2:
+        return None
+    slots = list(first.slots)
+    for n, i in enumerate(diff):
+        param, kind = params[i], first.slots[i].kind
+        if any(c.slots[i].kind == "flag" or c.slots[i].derived for c in group) or any(
+            isinstance(c.arguments[param], (list, dict)) for c in calls
+        ):  # a switch, a value from a result, lists of lists: said call by call
+            return None
+        if kind == "attach":  # "the users ana_01, ben_02 and cy_03"
+            words, shared = [[verbatim(c.arguments[param])] for c in calls], 0
+        else:
+            found = _same_words(param, [c.arguments[param] for c in calls], tools, first, rng)
+            if found is None:
+                return None
+            words, shared = found
+        values = [" ".join(w[shared:]) for w in words]
+        joined = _and(values, rng) + (" respectively" if n == 1 else "")
+        text = " ".join([*words[0][:shared], joined])
+        statement = f"{param_words(param) or param}: {_and(values, rng)}"
+        slots[i] = Slot(param, text, statement, kind)
+    return _Clause(first.name, first.intent, first.verb, first.obj, slots)
+
+
+def _same_words(
+    param: str, values: list[Any], tools: Any, first: _Clause, rng: random.Random
+) -> tuple[list[list[str]], int] | None:
+    """Each value worded alike ("in Paris", "in Rome"; "a budget of $500", "... of $700"),
+    as words, and how many leading words they share; None when eight seeds word them apart
+    (a form drawn for one value only: "number = 5" beside "a number of 10")."""
+    unit = _unit(tools.get(first.name), param)
+    numbers = all(isinstance(v, (int, float)) for v in values)
+    for _ in range(8):
+        seed = rng.random()
+        words = [
+            _slot(param, v, random.Random(seed), derived=False, unit=unit).text.split()
+            for v in values
+        ]
+        shared = 0  # the words all say before their value: "in", "a budget of"
+        while all(len(w) > shared + 1 for w in words) and len({w[shared] for w in words}) == 1:
+            shared += 1
+        while (
+            shared
+            and any(  # never into a value: "on May 5, 2024", '"The Kiss"'
+                find_form(v, " ".join(w[shared:]), param) is None
+                for v, w in zip(values, words, strict=True)
+            )
+        ):
+            shared -= 1
+        if shared and (not numbers or len({len(w) for w in words}) == 1):
+            return words, shared
+    return None
+
+
+def _conjoin(
+    step: list[GoldCall], said: list[_Clause], tools: Any, rng: random.Random
+) -> list[_Clause]:
+    """One step's clauses with the calls of each tool said once where they can be
+    (:func:`_conjoined`, drawn with probability ``CONJOIN_P``), at its first call's place."""
+    merged: dict[str, _Clause | None] = {}
+    out: list[_Clause] = []
+    for call, c in zip(step, said, strict=True):
+        if c.name not in merged:
+            group = [i for i, other in enumerate(step) if other.name == call.name]
+            merged[c.name] = (
+                _conjoined([step[i] for i in group], [said[i] for i in group], tools, rng)
+                if len(group) > 1 and rng.random() < CONJOIN_P
+                else None
+            )
+            out.append(merged[c.name] or c)
+        elif merged[c.name] is None:
+            out.append(c)
+    return out
+
+
 def _compose_once(
     steps: list[list[GoldCall]],
     tools: Any,
@@ -1011,7 +1110,8 @@ def _compose_once(
     outputs = list(prior_outputs)
     clauses: list[list[_Clause]] = []
     for step in steps:
-        clauses.append([_clause(call, tools, rng, outputs, taboo) for call in step])
+        said = [_clause(call, tools, rng, outputs, taboo) for call in step]
+        clauses.append(_conjoin(step, said, tools, rng) if len(said) > 1 else said)
         outputs.extend(call.output for call in step)
     n_calls = sum(len(st) for st in clauses)
     sentences: list[str] = []
@@ -1083,7 +1183,7 @@ def compose_query(
     persona: str | None = None,
     style: str | None = None,
     prior_outputs: Sequence[Any] = (),
-    tries: int = 8,
+    tries: int = 16,
 ) -> str:
     """A request for a whole call path: every value stated (values from ``prior_outputs``
     or an earlier step referred to), steps in order, parallel calls joined. Drawn again, up
