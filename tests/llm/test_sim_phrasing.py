@@ -12,6 +12,7 @@ Run: PYTHONPATH=. python -m pytest tests/llm/test_sim_phrasing.py -q
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -293,3 +294,34 @@ def test_codes_are_often_said_by_name_and_the_gold_keeps_the_code() -> None:
         assert 0.15 < named[k] / len(queries) < 0.7, (k, named[k])
     assert any("Texas" in q for q in queries) and any("Celsius" in q for q in queries)
     assert not any("Tunisia" in q for q in queries)  # "TX" is a state here, not a country
+
+
+def test_calls_of_one_tool_are_often_said_once_with_their_values_joined() -> None:
+    """BFCL's parallel questions say "concerts near Berlin and Paris", "Taylor Swift and
+    Maroon 5 ... 20 and 15 minutes respectively": one clause for calls of one tool that
+    differ in one or two values. The writer says them so in a good share of draws, every
+    value still stated and findable, never split inside a value ("on May 5, 2024" and "May 4,
+    2024", not "May 5, 2024 and 4, 2024"); calls differing in three values stay apart."""
+    tools = [{"type": "function", "function": {"name": "find_concerts",
+              "description": "Concerts in a city.", "parameters": {"type": "object",
+              "properties": {"city": {"type": "string"}, "date": {"type": "string"},
+                             "genre": {"type": "string"},
+                             "max_price": {"type": "integer"}}}}}]  # fmt: skip
+
+    def concert(city: str, date: str, genre: str = "jazz", price: int = 80) -> GoldCall:
+        args = {"city": city, "date": date, "genre": genre, "max_price": price}
+        return GoldCall(name="find_concerts", arguments=args)
+
+    one = [[concert("Berlin", "2025-05-02"), concert("Rio de Janeiro", "2025-05-02")]]
+    two = [[concert("Berlin", "2025-05-02"), concert("Paris", "2025-05-04")]]
+    three = [[concert("Berlin", "2025-05-02", "rock"), concert("Paris", "2025-05-04", "pop")]]
+    said = {}
+    for name, steps in (("one", one), ("two", two), ("three", three)):
+        queries = [q for s in range(40) for q in write(steps, tools, seed=s)]
+        assert _check(steps, tools, queries) == []
+        said[name] = queries
+    joined = [q for q in said["one"] if re.search(r"Berlin,? and (\"?)Rio de Janeiro\1", q)]
+    assert 0.2 < len(joined) / len(said["one"]) < 0.8  # often, not always
+    assert sum("respectively" in q for q in said["two"]) > 0.1 * len(said["two"])
+    assert not any("respectively" in q for q in said["one"] + said["three"])
+    assert not any(re.search(r"\b2025,? and 4, 2025", q) for q in said["two"])
