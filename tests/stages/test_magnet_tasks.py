@@ -265,6 +265,34 @@ def test_fan_out_repeats_a_call_with_other_values_in_one_turn() -> None:
     assert fanned >= 15  # a tool whose values cannot differ drops out, the rest fan out
 
 
+def test_fan_out_with_vary_keeps_all_values_but_one_or_two() -> None:
+    """BFCL's parallel questions ask again with one or two values changed ("the same for
+    Rome"): with ``parallel_vary`` 2 a replica of a call that states several values keeps
+    all but one or two of them (every value drawn anew without it)."""
+    common = dict(
+        tasks_per_domain=6, walk_steps=1, parallel_p=1.0, parallel_copies=2, split_p=0.0,
+        magnify_p=0.0, connect_p=0.0, insert_p=0.0,
+    )  # fmt: skip
+
+    def changed(rows: list) -> Counter[int]:
+        out: Counter[int] = Counter()
+        for r in rows:
+            step = GroundTruth.from_json(r.ground_truth).turns[0].steps[0]
+            first = step[0].arguments
+            if len(step) < 2 or len(first) < 3:
+                continue
+            for c in step[1:]:
+                keys = set(first) | set(c.arguments)
+                out[sum(first.get(k) != c.arguments.get(k) for k in keys)] += 1
+        return out
+
+    kept = changed(synthesize(parallel_vary=2, **common)[0])
+    drawn = changed(synthesize(**common)[0])
+    assert sum(kept.values()) >= 8 and 0 not in kept
+    assert (kept[1] + kept[2]) / sum(kept.values()) > 0.8  # all but one or two kept
+    assert (drawn[1] + drawn[2]) / sum(drawn.values()) < 0.5  # anew: most values differ
+
+
 def test_bundle_asks_for_two_unrelated_things_in_one_turn() -> None:
     rows, _ = synthesize(
         tasks_per_domain=4, walk_steps=2, bundle_p=1.0, split_p=0.0, magnify_p=0.0,

@@ -30,7 +30,11 @@ domain itself, and the calls are executed in order:
    and drawn again, up to ``attempts`` times (in the second half of them, drawn strings may
    be replaced by new ones like them: a tool that creates a folder needs a path that does
    not exist yet); so is a replica (the same function asked again in one turn) whose values
-   repeat its original's; then the plan fails with the reason (:class:`PlanFailed`: the
+   repeat its original's. A replica with ``vary`` n > 0 keeps its original's stated values
+   but 1 to n of them, drawn anew (in the first half of its attempts; all drawn anew in the
+   second), as people ask again: "the same for Rome", "Taylor Swift and Maroon 5, for 20
+   and 15 minutes respectively" (BFCL's parallel questions share all values but one or
+   two); then the plan fails with the reason (:class:`PlanFailed`: the
    last error's message included), which the stage counts. With value hints, the values a
    call was given when it succeeded (and what a read-only call answered) join the pools:
    what the environment accepted seeds the next calls.
@@ -95,6 +99,7 @@ class PlannedCall:
     omit: frozenset[str] = frozenset()
     execute: bool = True  # False: arguments only (a function the task will not offer)
     differ_from: tuple[int, ...] = ()  # earlier calls whose arguments this one must not repeat
+    vary: int = 0  # > 0: keep the first of differ_from's stated values but 1..vary of them
 
 
 @dataclass
@@ -405,6 +410,15 @@ def _narrow(value: Any, param: str, schema: dict[str, Any]) -> list[Any]:
     return _dedup(named) or _dedup(other)
 
 
+def _kept(original: ExecutedCall, vary: int, rng: random.Random) -> dict[str, Any]:
+    """The stated values of ``original`` a replica keeps: all but 1 to ``vary`` of them."""
+    stated = sorted(original.user_values)
+    if len(stated) < 2:
+        return {}
+    redrawn = set(rng.sample(stated, rng.randint(1, min(vary, len(stated)))))
+    return {k: original.user_values[k] for k in stated if k not in redrawn}
+
+
 def execute_plan(
     env: Environment,
     plan: Sequence[PlannedCall],
@@ -444,9 +458,14 @@ def execute_plan(
                 concrete, value = values[0] if attempt == 0 else rng.choice(values)
                 fixed[param] = value
                 bindings.append({"call": i, "param": param, "from_call": src, "path": concrete})
+            kept = (
+                _kept(done[planned.differ_from[0]], planned.vary, rng)
+                if planned.vary and planned.differ_from and attempt < attempts // 2
+                else {}
+            )
             args = pool.arguments(
                 spec,
-                fixed,
+                kept | fixed,
                 rng,
                 omit=planned.omit,
                 optional_p=optional_p,

@@ -16,10 +16,10 @@ tools, when that is more):
 3) turns and node operations, in Magnet's order: one turn per call, Merge (``merge_p``,
    Magnet's p = 0.3), Insert (``insert_p``), then ours: Bundle (``bundle_p``: one to
    ``bundle_max`` independent requests in a turn) and fan-out (``parallel_p``: a call again
-   with other values), then Split (``split_p``: a miss-param or miss-func turn; else, with
-   ``ask_p``, ours: a miss-param first turn, the request leaving out a value the user must
-   give, which single-turn benchmarks score as no call). The path must be
-   legal (:func:`~trajsynth.graph.problems`) or it is counted and skipped;
+   with other values, all or ``parallel_vary`` of them), then Split (``split_p``: a
+   miss-param or miss-func turn; else, with ``ask_p``, ours: a miss-param first turn, the
+   request leaving out a value the user must give, which single-turn benchmarks score as no
+   call). The path must be legal (:func:`~trajsynth.graph.problems`) or it is counted and skipped;
 4) execution: the calls run turn by turn in a fresh environment, arguments grounded in its
    state and earlier outputs threaded into later inputs (:mod:`.grounding`); a candidate
    whose gold calls fail is dropped, its reason counted under ``dropped.<reason>``. The
@@ -181,6 +181,14 @@ class MagnetTasksConfig(StageConfig):
         "values in the same turn (BFCL's parallel calls; 0: never).",
     )
     parallel_copies: int = Field(2, ge=1, le=5, description="Fan-out: replicas at most.")
+    parallel_vary: int = Field(
+        0,
+        ge=0,
+        le=5,
+        description="Fan-out: a replica keeps its original's stated values but 1 to this many, "
+        'drawn anew ("the same for Rome": BFCL\'s parallel questions share all values but '
+        "one or two); 0: every value drawn anew.",
+    )
     bundle_p: float = Field(
         0.0,
         ge=0,
@@ -431,6 +439,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                 {b.param: (index[b.source], b.field) for b in c.bindings},
                 execute=t.missing != "func",
                 differ_from=(index[c.replica_of],) if c.replica_of is not None else (),
+                vary=cfg.parallel_vary if c.replica_of is not None else 0,
             )
             for t in fsp.turns
             for c in t.calls
