@@ -81,3 +81,15 @@ def test_magnet_rejection_verify_on_code_tools(rejection_twice) -> None:
         ],
         tasks=4,
     )
+
+
+def test_an_output_json_cannot_hold_is_the_call_s_error_not_a_crash() -> None:
+    """BFCL's MathAPI raises 5000 to the 2500th power exactly, an integer Python will not
+    write out (over 4,300 digits): the call fails as ``tool_crashed``, the run goes on."""
+    pytest.importorskip("bfcl_eval")
+    target = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.math_api:MathAPI"
+    env = CodeEnvironment("math", [target], toolset_from_targets([target], name="math"))
+    env.reset()
+    huge = env.call("power", base=5000, exponent=2500)
+    assert huge.category == "tool_crashed" and "not JSON" in huge.error["message"]
+    assert env.call("power", base=2, exponent=10).output == {"result": 1024}

@@ -267,7 +267,10 @@ class CodeEnvironment(Environment):
             return error_result(call, args, exc.category, exc.message)
         except Exception as exc:  # the implementation's own failure, shown to the model
             return error_result(call, args, "tool_crashed", f"{type(exc).__name__}: {exc}")
-        output = _jsonable(output)
+        try:
+            output = _jsonable(output)
+        except (ValueError, OverflowError, RecursionError) as exc:  # 10**5000, a cycle
+            return error_result(call, args, "tool_crashed", f"output is not JSON: {exc}"[:300])
         if (
             self.error_key
             and isinstance(output, dict)
