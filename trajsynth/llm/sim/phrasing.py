@@ -1004,7 +1004,7 @@ def _same_tool(first: _Clause, other: _Clause, rng: random.Random) -> str | None
 
 
 #: how often calls of one tool that differ in one or two values are said as one clause
-CONJOIN_P = 0.5
+CONJOIN_P = 0.6
 
 
 def _conjoined(
@@ -1016,7 +1016,8 @@ def _conjoined(
     more, in a switch, or in a value an earlier call returns."""
     first = group[0]
     params = [s.param for s in first.slots]
-    if any([s.param for s in c.slots] != params for c in group[1:]):
+    by_param = [{s.param: s for s in c.slots} for c in group]
+    if any(set(b) != set(params) for b in by_param[1:]):  # an optional value in some only
         return None
     diff = [
         i
@@ -1028,7 +1029,7 @@ def _conjoined(
     slots = list(first.slots)
     for n, i in enumerate(diff):
         param, kind = params[i], first.slots[i].kind
-        if any(c.slots[i].kind == "flag" or c.slots[i].derived for c in group) or any(
+        if any(b[param].kind == "flag" or b[param].derived for b in by_param) or any(
             isinstance(c.arguments[param], (list, dict)) for c in calls
         ):  # a switch, a value from a result, lists of lists: said call by call
             return None

@@ -458,16 +458,18 @@ def execute_plan(
                 concrete, value = values[0] if attempt == 0 else rng.choice(values)
                 fixed[param] = value
                 bindings.append({"call": i, "param": param, "from_call": src, "path": concrete})
-            kept = (
-                _kept(done[planned.differ_from[0]], planned.vary, rng)
-                if planned.vary and planned.differ_from and attempt < attempts // 2
-                else {}
-            )
+            kept: dict[str, Any] = {}
+            omit = planned.omit
+            if planned.vary and planned.differ_from and attempt < attempts // 2:
+                original = done[planned.differ_from[0]]
+                kept = _kept(original, planned.vary, rng)
+                if kept:  # and no optional value its original went without
+                    omit = omit | (frozenset(spec.properties()) - set(original.arguments))
             args = pool.arguments(
                 spec,
                 kept | fixed,
                 rng,
-                omit=planned.omit,
+                omit=omit,
                 optional_p=optional_p,
                 fresh=0.0 if attempt < attempts // 2 else 0.5,
             )
