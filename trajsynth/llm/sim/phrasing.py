@@ -13,7 +13,10 @@ it: "from Paris to Rome", "on May 1, 2026", "for 3 nights", "a base of 10", "my 
 and a number with the unit its parameter's description gives ("a width of 20ft", "440 Hz";
 dollars for a money parameter of a tool that takes no currency: "a budget of $5,000").
 Values an earlier call returns are referred to ("the booking id from that result"), not
-repeated. The draws vary the sentence form (imperative, question, "I'm trying to ...", values
+repeated. Calls of one tool in one step that differ in one or two values are often said once,
+the values joined ("the weather in Paris and Rome", "Adele and Sting for 20 and 15 minutes
+respectively"), as BFCL's parallel questions ask; else one by one ("and the same for Rome").
+The draws vary the sentence form (imperative, question, "I'm trying to ...", values
 first, context first), the order of the values, how calls are joined, the persona's opener
 and politeness — all from the caller's seeded ``random.Random``, so the same seed gives the
 same text.
@@ -29,7 +32,7 @@ import json
 import random
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...core.surface import find as find_form
@@ -539,6 +542,7 @@ class Slot:
     statement: str
     kind: str = "group"
     derived: bool = False
+    joined: bool = False  # the values of several calls ("in Paris and Rome"): _conjoined
 
 
 def _entity(words: str) -> str:
@@ -828,6 +832,11 @@ class _Clause:
         flags = [s for s in slots if s.kind == "flag"]
         if len(preps) > 1 and rng.random() < 0.3:
             preps = rng.sample(preps, len(preps))
+        said = [*preps, *group]
+        if sum(s.joined for s in said) > 1:  # "... Adele and Sting for 20 and 15 respectively"
+            last = max(i for i, s in enumerate(said) if s.joined)
+            said[last] = replace(said[last], text=said[last].text + " respectively")
+            preps, group = said[: len(preps)], said[len(preps) :]
         parts = [s.text for s in preps]
         if group:
             lead = rng.choice(["with", "with", "using"])
@@ -934,7 +943,9 @@ def _sentence(c: _Clause, rng: random.Random, style: str | None, *, first: bool)
     """One clause as a sentence, in a form drawn for the style."""
     question = c.question()
     stated = [s for s in c.slots if not s.derived and s.kind != "attach"]
-    leads = [s for s in c.slots if s.kind == "prep" and s.text.startswith(_LEADING)]
+    leads = [
+        s for s in c.slots if s.kind == "prep" and s.text.startswith(_LEADING) and not s.joined
+    ]
     weights = {
         None: [3, 3, 3, 3, 2, 1],
         "plain": [3, 3, 3, 3, 2, 1],
@@ -946,7 +957,11 @@ def _sentence(c: _Clause, rng: random.Random, style: str | None, *, first: bool)
     avail = [True, True, True, question is not None, first and len(stated) >= 1, bool(leads)]
     form = rng.choices(forms, weights=[w * a for w, a in zip(weights, avail, strict=True)])[0]
     if form == "values_first":
-        facts = _and([s.statement for s in stated], rng)
+        told = [s.statement for s in stated]
+        if sum(s.joined for s in stated) > 1:  # "artist: Adele and Sting, minutes: 20 and 15 ..."
+            last = max(i for i, s in enumerate(stated) if s.joined)
+            told[last] += " respectively"
+        facts = _and(told, rng)
         rest = [s for s in c.slots if s not in stated]
         body = c.action(rest) + c.values(rng, [s for s in rest if s.kind != "attach"])
         if question and rng.random() < 0.4:
@@ -1027,7 +1042,7 @@ def _conjoined(
     if not 1 <= len(diff) <= 2:
         return None
     slots = list(first.slots)
-    for n, i in enumerate(diff):
+    for i in diff:
         param, kind = params[i], first.slots[i].kind
         if any(b[param].kind == "flag" or b[param].derived for b in by_param) or any(
             isinstance(c.arguments[param], (list, dict)) for c in calls
@@ -1041,10 +1056,9 @@ def _conjoined(
                 return None
             words, shared = found
         values = [" ".join(w[shared:]) for w in words]
-        joined = _and(values, rng) + (" respectively" if n == 1 else "")
-        text = " ".join([*words[0][:shared], joined])
+        text = " ".join([*words[0][:shared], _and(values, rng)])
         statement = f"{param_words(param) or param}: {_and(values, rng)}"
-        slots[i] = Slot(param, text, statement, kind)
+        slots[i] = Slot(param, text, statement, kind, joined=True)
     return _Clause(first.name, first.intent, first.verb, first.obj, slots)
 
 
