@@ -654,7 +654,6 @@ def _slot(
     count = _COUNTABLE.match(pw) if whole else None
     form, shown = write_value(value, rng, param=param)
     if form == "code_name":  # "in Germany" for a country code, "into French" for a language
-        ent = _entity(pw)
         statement = f"the {ent or pw} is {shown}"
         if words[0] in ("from", "origin", "source") or last in ("origin", "source"):
             return Slot(param, f"from {shown}", statement, "prep")
