@@ -29,6 +29,7 @@ import importlib
 import inspect
 import json
 import logging
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -168,8 +169,16 @@ def toolset_from_targets(
     return Toolset(name=name, tools=tools, format="code")
 
 
+#: the address in an object's default repr ("<random.Random object at 0x55d1...>"): a state
+#: holding one hashed differently in every process
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _default(obj: Any) -> Any:
-    """Numbers JSON does not know (mpmath, numpy, Decimal) as floats; sets sorted; else text."""
+    """Numbers JSON does not know (mpmath, numpy, Decimal) as floats; sets sorted; else text,
+    without a memory address (BFCL's MessageAPI, TravelAPI, TradingBot and VehicleControlAPI
+    hold a ``random.Random``: with its address in the text their state hash, and so every
+    task's ``final_state_hash``, differed from one process to the next)."""
     if hasattr(obj, "__float__") and not isinstance(obj, (str, bytes)):
         try:
             return float(obj)
@@ -179,7 +188,7 @@ def _default(obj: Any) -> Any:
         return sorted(obj, key=repr)
     if hasattr(obj, "tolist"):
         return obj.tolist()
-    return str(obj)
+    return _ADDRESS.sub("", str(obj))
 
 
 def _jsonable(value: Any) -> Any:

@@ -91,6 +91,8 @@ def _listed(provider: Any, *attrs: str) -> list[str]:
     out: list[str] = []
     for attr in attrs:
         values = getattr(provider, attr, None) or ()
+        if isinstance(values, (set, frozenset)):  # faker keeps some lists as sets, whose
+            values = sorted(values)  # order (and so every draw from them) varies by process
         out.extend(str(v) for v in values)  # tuples, and dicts of name -> weight
     return out
 
@@ -137,7 +139,8 @@ def _places() -> tuple[str, ...]:
     """Step 2."""
     out: dict[str, None] = dict.fromkeys(_US_CITIES + _zone_cities())
     for loc in _CITY_LOCALES:
-        cities = [c for c in _listed(_provider("address", loc), "cities") if c.isascii()]
+        # sorted: faker builds it_IT's list from a set, in another order in every process
+        cities = sorted(c for c in _listed(_provider("address", loc), "cities") if c.isascii())
         step = max(1, len(cities) // _PER_LOCALE)
         out.update(dict.fromkeys(cities[::step][:_PER_LOCALE]))
     return tuple(out)
