@@ -36,6 +36,9 @@ PIPELINE = {
             "teacher": {
                 "backend": "sim",
                 "prices": {"prompt_per_mtok": 0.5, "completion_per_mtok": 1.5},
+                # malformed calls often (2% by default): a failed row openai-ft cannot
+                # express, whatever the values drawn (one draw of them had none)
+                "sim": {"profile": {"malformed_json": 0.15}},
             }
         },
     },
@@ -44,8 +47,6 @@ PIPELINE = {
             "id": "tasks",
             "uses": "magnet_tasks",
             "with": {
-                # 4 a domain: enough rollouts that the teacher writes malformed calls
-                # (at 3, one draw of the values had none)
                 "tasks_per_domain": 4,
                 "domains": ["travel", "commerce"],
                 "graph": {"similarity": "lexical"},
