@@ -91,8 +91,6 @@ def _listed(provider: Any, *attrs: str) -> list[str]:
     out: list[str] = []
     for attr in attrs:
         values = getattr(provider, attr, None) or ()
-        if isinstance(values, (set, frozenset)):  # faker keeps some lists as sets, whose
-            values = sorted(values)  # order (and so every draw from them) varies by process
         out.extend(str(v) for v in values)  # tuples, and dicts of name -> weight
     return out
 

@@ -545,6 +545,12 @@ class Slot:
     joined: bool = False  # the values of several calls ("in Paris and Rome"): _conjoined
 
 
+def _last_joined(slots: list[Slot]) -> int | None:
+    """Where "respectively" goes: after the last of two or more joined values as said."""
+    joined = [i for i, s in enumerate(slots) if s.joined]
+    return joined[-1] if len(joined) > 1 else None
+
+
 def _entity(words: str) -> str:
     """'order' for 'order id', '' for 'id'."""
     return re.sub(r"\s*\b(ids?|codes?|numbers?)$", "", words).strip()
@@ -832,8 +838,8 @@ class _Clause:
         if len(preps) > 1 and rng.random() < 0.3:
             preps = rng.sample(preps, len(preps))
         said = [*preps, *group]
-        if sum(s.joined for s in said) > 1:  # "... Adele and Sting for 20 and 15 respectively"
-            last = max(i for i, s in enumerate(said) if s.joined)
+        last = _last_joined(said)  # "... Adele and Sting for 20 and 15 respectively"
+        if last is not None:
             said[last] = replace(said[last], text=said[last].text + " respectively")
             preps, group = said[: len(preps)], said[len(preps) :]
         parts = [s.text for s in preps]
@@ -957,8 +963,8 @@ def _sentence(c: _Clause, rng: random.Random, style: str | None, *, first: bool)
     form = rng.choices(forms, weights=[w * a for w, a in zip(weights, avail, strict=True)])[0]
     if form == "values_first":
         told = [s.statement for s in stated]
-        if sum(s.joined for s in stated) > 1:  # "artist: Adele and Sting, minutes: 20 and 15 ..."
-            last = max(i for i, s in enumerate(stated) if s.joined)
+        last = _last_joined(stated)  # "artist: Adele and Sting, minutes: 20 and 15 ..."
+        if last is not None:
             told[last] += " respectively"
         facts = _and(told, rng)
         rest = [s for s in c.slots if s not in stated]
@@ -1050,7 +1056,8 @@ def _conjoined(
         if kind == "attach":  # "the users ana_01, ben_02 and cy_03"
             words, shared = [[verbatim(c.arguments[param])] for c in calls], 0
         else:
-            found = _same_words(param, [c.arguments[param] for c in calls], tools, first, rng)
+            unit = _unit(tools.get(first.name), param)
+            found = _same_words(param, [c.arguments[param] for c in calls], unit, rng)
             if found is None:
                 return None
             words, shared = found
@@ -1062,12 +1069,11 @@ def _conjoined(
 
 
 def _same_words(
-    param: str, values: list[Any], tools: Any, first: _Clause, rng: random.Random
+    param: str, values: list[Any], unit: tuple[str, str] | None, rng: random.Random
 ) -> tuple[list[list[str]], int] | None:
     """Each value worded alike ("in Paris", "in Rome"; "a budget of $500", "... of $700"),
     as words, and how many leading words they share; None when eight seeds word them apart
     (a form drawn for one value only: "number = 5" beside "a number of 10")."""
-    unit = _unit(tools.get(first.name), param)
     numbers = all(isinstance(v, (int, float)) for v in values)
     for _ in range(8):
         seed = rng.random()
