@@ -250,6 +250,38 @@ def test_bundle_adds_up_to_most_requests_and_never_past_max_calls(travel) -> Non
     )  # fmt: skip
 
 
+def test_bundle_share_asks_the_same_values_of_another_function(travel) -> None:
+    """``share_p``: the added call is a function whose required parameters the turn's first
+    call takes, right after it and marked ``shares`` (BFCL's "the temperature and the
+    humidity in Boston"); where none fits, an unrelated request as before."""
+    hotels = to_turns([PathCall(0, "search_hotels")])
+    for seed in range(10):
+        out = bundle(travel, hotels, random.Random(seed), p=1.0, share_p=1.0)
+        first, added = out.turns[0].calls
+        assert (first.tool, added.tool) == ("search_hotels", "find_airports")  # the one that fits
+        assert added.shares == 0 and added.independent and not added.bindings
+        assert len(out.turns[0].steps()) == 1 and out.log[-1] == "bundle:share"
+        assert problems(travel, out) == [] and FSP.from_json(out.to_json()) == out
+    # a function nothing else takes the values of (get_flight's flight_id is required by
+    # book_flight only beside user_id and payment_id): an unrelated request instead
+    flight = to_turns([PathCall(0, "get_flight")])
+    out = bundle(travel, flight, random.Random(0), p=1.0, share_p=1.0)
+    assert out.calls()[0].independent and out.calls()[0].shares is None
+    assert out.log[-1] == "bundle:1"
+    # share_p = 0 draws exactly as before
+    for seed in range(10):
+        assert bundle(travel, hotels, random.Random(seed), p=1.0) == bundle(
+            travel, hotels, random.Random(seed), p=1.0, share_p=0.0
+        )
+    # shares must name an earlier call of another function
+    later = FSP((TurnPlan(calls=(PathCall(0, "search_hotels", shares=1),
+                                 PathCall(1, "find_airports"))),))  # fmt: skip
+    same = FSP((TurnPlan(calls=(PathCall(0, "find_airports"),
+                                PathCall(1, "find_airports", shares=0))),))  # fmt: skip
+    assert any("cannot share" in p for p in problems(travel, later))
+    assert any("cannot share" in p for p in problems(travel, same))
+
+
 def test_split_param_and_func(tiny) -> None:
     path = random_walk(tiny, random.Random(2), steps=3, start="find_city")
     fsp = to_turns(path)

@@ -338,6 +338,31 @@ def test_bundle_max_asks_for_up_to_four_functions_in_one_step() -> None:
     assert widths[2] and widths[3] and widths[4]  # one to three requests beside the first
 
 
+def test_bundle_share_gives_another_function_the_same_values() -> None:
+    """``bundle_share``: the added function takes the first call's values where its
+    parameters are named alike, and nothing the first call was not given ("store tax_rate
+    ... and recall tax_rate"); the calls still run as recorded."""
+    rows, _ = synthesize(
+        tasks_per_domain=8, walk_steps=1, bundle_p=1.0, bundle_share=1.0, split_p=0.0,
+        magnify_p=0.0, connect_p=0.0, insert_p=0.0, distractors=(0, 1),
+    )  # fmt: skip
+    shared = same = 0
+    for r in rows:
+        gt = GroundTruth.from_json(r.ground_truth)
+        if "bundle:share" not in gt.extra["operations"]:
+            continue
+        shared += 1
+        first, other = gt.turns[0].steps[0][:2]
+        assert first.name != other.name and FSP.from_json(gt.extra["fsp"]).calls()[1].shares == 0
+        same += other.arguments.items() <= first.arguments.items()
+        env = FACTORY.make(r.domain, seed=gt.env_seed)
+        env.reset(gt)
+        for c in gt.flat_calls():
+            assert env.call(c.name, c.arguments).output == c.output
+        assert env.state_hash() == gt.final_state_hash
+    assert shared >= 8 and same / shared >= 0.8
+
+
 def test_irrelevant_tasks_offer_no_tool_that_fits() -> None:
     rows, _ = synthesize(tasks_per_domain=3, irrelevant_p=1.0, distractors=(2, 4))
     assert len(rows) == 15

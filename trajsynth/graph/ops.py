@@ -96,6 +96,7 @@ class PathCall:
     inserted: bool = False  # added by Insert: a nested/implicit call the user does not name
     replica_of: int | None = None  # added by fan_out: the same function as call `replica_of`
     independent: bool = False  # added by bundle: a request of its own, no data flow with the path
+    shares: int | None = None  # added by bundle: states call `shares`'s values, said once with it
 
     def bound(self) -> dict[str, Binding]:
         return {b.param: b for b in self.bindings}
@@ -148,6 +149,7 @@ class FSP:
                             "inserted": c.inserted,
                             **({"replica_of": c.replica_of} if c.replica_of is not None else {}),
                             **({"independent": True} if c.independent else {}),
+                            **({"shares": c.shares} if c.shares is not None else {}),
                             "bindings": [
                                 {"param": b.param, "source": b.source, "field": b.field}
                                 for b in c.bindings
@@ -174,6 +176,7 @@ class FSP:
                             c.get("inserted", False),
                             c.get("replica_of"),
                             c.get("independent", False),
+                            c.get("shares"),
                         )
                         for c in t["calls"]
                     ),
@@ -221,6 +224,11 @@ def problems(graph: SignatureGraph, path: FSP | Sequence[PathCall]) -> list[str]
                     f"call {c.uid} ({c.tool}) asks the user for {param} although "
                     f"{earlier[-1]} (earlier) produces it"
                 )
+    for c in calls:  # a call that shares values names an earlier call of another function
+        if c.shares is not None:
+            j = position.get(c.shares)
+            if j is None or j >= position[c.uid] or calls[j].tool == c.tool:
+                out.append(f"call {c.uid} cannot share the values of call {c.shares}")
     for c in calls:  # a replica repeats its original's function, in the same data flow
         if c.replica_of is not None:
             j = position.get(c.replica_of)
@@ -518,6 +526,7 @@ def bundle(
     max_calls: int | None = None,
     most: int = 1,
     tries: int = 8,
+    share_p: float = 0.0,
 ) -> FSP:
     """Bundle: requests in a turn that share nothing with the rest ("find flights to Oslo,
     and convert 30 euros to dollars": BFCL's *parallel_multiple*, where one turn calls
@@ -528,14 +537,22 @@ def bundle(
     them beside the turn's first call. A function is drawn until the path stays legal (rule
     4: no earlier call produces a value it needs, it produces none a later call needs;
     ``tries`` draws); none is added when none fits, and no more once the path has
-    ``max_calls`` calls. Not in Magnet, whose walks connect every call of a task by data
-    flow."""
+    ``max_calls`` calls. With probability ``share_p`` an added call *shares* instead
+    (:attr:`PathCall.shares`): a function whose required parameters the turn's first call
+    also takes (and is not given from another call) goes right after it, to be given the
+    same values where its parameters are named alike: "the temperature and the humidity in
+    Boston", "the median and the mode of 3, 4, 5" (BFCL's parallel_multiple questions do
+    this in 61 of 200); where no function fits, one is added as above. Not in Magnet, whose
+    walks connect every call of a task by data flow."""
     if rng.random() >= p:
         return fsp
     for _ in range(rng.randint(1, most) if most > 1 else 1):
         if max_calls is not None and len(fsp.calls()) >= max_calls:
             break
-        added = _bundle_one(graph, fsp, rng, tries)
+        added = None
+        if share_p and rng.random() < share_p:
+            added = _share_one(graph, fsp, rng, tries)
+        added = added or _bundle_one(graph, fsp, rng, tries)
         if added is None:
             break
         fsp = added
@@ -556,6 +573,38 @@ def _bundle_one(graph: SignatureGraph, fsp: FSP, rng: random.Random, tries: int)
         turns = list(fsp.turns)
         turns[i] = replace(turns[i], calls=(call, *turns[i].calls))
         out = FSP(turns=tuple(turns), log=(*fsp.log, "bundle:1"))
+        if not problems(graph, out):
+            return out
+    return None
+
+
+def _share_one(graph: SignatureGraph, fsp: FSP, rng: random.Random, tries: int) -> FSP | None:
+    """One call that shares the values of a tool turn's first call, right after it (a
+    function the path does not use whose required parameters that call takes from the user),
+    or None when none fits."""
+    at = [
+        i
+        for i, t in enumerate(fsp.turns)
+        if t.kind == "tool" and t.missing is None and not t.calls[0].inserted
+    ]
+    every = fsp.calls(executed=False)
+    used = {c.tool for c in every}
+    if not at:
+        return None
+    i = rng.choice(at)
+    first = fsp.turns[i].calls[0]
+    stated = set(graph.spec(first.tool).properties()) - set(first.bound())
+    fits = [
+        f
+        for f in graph.functions
+        if f not in used and len(needs := set(graph.spec(f).required())) > 0 and needs <= stated
+    ]
+    uid = _next_uid(every)
+    for tool in rng.sample(fits, min(tries, len(fits))):
+        call = PathCall(uid, tool, independent=True, shares=first.uid)
+        turns = list(fsp.turns)
+        turns[i] = replace(turns[i], calls=(first, call, *turns[i].calls[1:]))
+        out = FSP(turns=tuple(turns), log=(*fsp.log, "bundle:share"))
         if not problems(graph, out):
             return out
     return None

@@ -16,6 +16,8 @@ Values an earlier call returns are referred to ("the booking id from that result
 repeated. Calls of one tool in one step that differ in one or two values are often said once,
 the values joined ("the weather in Paris and Rome", "Adele and Sting for 20 and 15 minutes
 respectively"), as BFCL's parallel questions ask; else one by one ("and the same for Rome").
+Calls of other functions given the same values in one step are often said as one request
+("the temperature and the humidity in Boston"), as BFCL's parallel_multiple questions ask.
 The draws vary the sentence form (imperative, question, "I'm trying to ...", values
 first, context first), the order of the values, how calls are joined, the persona's opener
 and politeness — all from the caller's seeded ``random.Random``, so the same seed gives the
@@ -822,12 +824,19 @@ class _Clause:
     verb: str
     obj: str  # with its determiner (and the service, when said)
     slots: list[Slot] = field(default_factory=list)
+    also: list[tuple[str, str]] = field(default_factory=list)  # (verb, object) of other tools
 
     def action(self, slots: list[Slot] | None = None) -> str:
-        """'look up the product P-JACKET': the verb, the object and an attached value."""
+        """'look up the product P-JACKET': the verb, the object and an attached value; with
+        ``also``, the other tools' objects after it ("get the temperature and the humidity",
+        "work out the median and find the mode")."""
         slots = self.slots if slots is None else slots
         attached = [s.text for s in slots if s.kind == "attach"]
-        return " ".join([self.verb, self.obj, *attached])
+        head = " ".join([self.verb, self.obj, *attached])
+        if not self.also:
+            return head
+        said = [head, *(obj if verb == self.verb else f"{verb} {obj}" for verb, obj in self.also)]
+        return ", ".join(said[:-1]) + " and " + said[-1]
 
     def values(self, rng: random.Random, slots: list[Slot] | None = None) -> str:
         """The values after the verb phrase: phrases, then "with ...", then switches."""
@@ -857,7 +866,11 @@ class _Clause:
 
     def question(self) -> str | None:
         """'are the flights' for "what are the flights ...?", None where it would not read."""
-        if self.intent.verb not in _ASKABLE or any(s.kind == "attach" for s in self.slots):
+        if (
+            self.intent.verb not in _ASKABLE
+            or any(s.kind == "attach" for s in self.slots)
+            or self.also
+        ):
             return None  # never "what is the user omar_haddad?"
         words = self.obj.split()
         if not words or words[-1] in _INPUTS or not any(not s.derived for s in self.slots):
@@ -1097,6 +1110,58 @@ def _same_words(
     return None
 
 
+#: how often calls of other tools given the same values in one step are said as one request
+SHARE_P = 0.8
+
+
+def _shared(
+    step: list[GoldCall], said: list[_Clause], rng: random.Random
+) -> tuple[list[GoldCall], list[_Clause]]:
+    """One step's calls and clauses with the calls of other tools that were given the same
+    values said once, at the first one's place (drawn with probability ``SHARE_P``): "get
+    the temperature and the humidity in Boston". Only for tools called once in the step (the
+    calls of a tool called again are joined by :func:`_conjoin`) and values not attached to
+    the object ("the product P-1 and the reviews" would not say whose)."""
+    count: dict[str, int] = {}
+    for call in step:
+        count[call.name] = count.get(call.name, 0) + 1
+    calls: list[GoldCall] = []
+    clauses: list[_Clause] = []
+    taken: set[int] = set()
+    for i, (call, c) in enumerate(zip(step, said, strict=True)):
+        if i in taken:
+            continue
+        mates = [
+            j
+            for j in range(i + 1, len(step))
+            if j not in taken
+            and count[step[j].name] == 1
+            and step[j].arguments == call.arguments
+            and not any(s.kind == "attach" for s in said[j].slots)
+        ]
+        objs = [c.obj, *(said[j].obj for j in mates)]
+        if len(set(objs)) < len(objs):  # never "get the forecast and the forecast"
+            mates = []
+        if (
+            mates
+            and call.arguments
+            and count[call.name] == 1
+            and not any(s.kind == "attach" for s in c.slots)
+            and rng.random() < SHARE_P
+        ):
+            taken.update(mates)
+            c = replace(
+                c,  # one verb where both tools do the same: "get the temperature and the humidity"
+                also=[
+                    (c.verb if said[j].intent.verb == c.intent.verb else said[j].verb, said[j].obj)
+                    for j in mates
+                ],
+            )
+        calls.append(call)
+        clauses.append(c)
+    return calls, clauses
+
+
 def _conjoin(
     step: list[GoldCall], said: list[_Clause], tools: Any, rng: random.Random
 ) -> list[_Clause]:
@@ -1131,7 +1196,10 @@ def _compose_once(
     clauses: list[list[_Clause]] = []
     for step in steps:
         said = [_clause(call, tools, rng, outputs, taboo) for call in step]
-        clauses.append(_conjoin(step, said, tools, rng) if len(said) > 1 else said)
+        if len(said) > 1:
+            calls, said = _shared(step, said, rng)
+            said = _conjoin(calls, said, tools, rng) if len(said) > 1 else said
+        clauses.append(said)
         outputs.extend(call.output for call in step)
     n_calls = sum(len(st) for st in clauses)
     sentences: list[str] = []

@@ -34,7 +34,10 @@ domain itself, and the calls are executed in order:
    but 1 to n of them, drawn anew (in the first half of its attempts; all drawn anew in the
    second), as people ask again: "the same for Rome", "Taylor Swift and Maroon 5, for 20
    and 15 minutes respectively" (BFCL's parallel questions share all values but one or
-   two); then the plan fails with the reason (:class:`PlanFailed`: the
+   two); a call with ``share`` (another function beside a call, :func:`~trajsynth.graph.ops.
+   bundle`) takes that call's stated values where its parameters are named alike, and no
+   optional value besides (again in the first half of its attempts): "the temperature and
+   the humidity in Boston"; then the plan fails with the reason (:class:`PlanFailed`: the
    last error's message included), which the stage counts. With value hints, the values a
    call was given when it succeeded (and what a read-only call answered) join the pools:
    what the environment accepted seeds the next calls.
@@ -100,6 +103,7 @@ class PlannedCall:
     execute: bool = True  # False: arguments only (a function the task will not offer)
     differ_from: tuple[int, ...] = ()  # earlier calls whose arguments this one must not repeat
     vary: int = 0  # > 0: keep the first of differ_from's stated values but 1..vary of them
+    share: int | None = None  # an earlier call whose stated values this one takes where it can
 
 
 @dataclass
@@ -419,6 +423,12 @@ def _kept(original: ExecutedCall, vary: int, rng: random.Random) -> dict[str, An
     return {k: original.user_values[k] for k in stated if k not in redrawn}
 
 
+def _shared(other: ExecutedCall, spec: ToolSpec) -> dict[str, Any]:
+    """The values ``other`` was told that ``spec`` takes under the same name (and type)."""
+    props = spec.properties()
+    return {k: v for k, v in other.user_values.items() if k in props and _fits(v, props[k] or {})}
+
+
 def execute_plan(
     env: Environment,
     plan: Sequence[PlannedCall],
@@ -465,6 +475,10 @@ def execute_plan(
                 kept = _kept(original, planned.vary, rng)
                 if kept:  # and no optional value its original went without
                     omit = omit | (frozenset(spec.properties()) - set(original.arguments))
+            elif planned.share is not None and attempt < attempts // 2:
+                kept = _shared(done[planned.share], spec)
+                if kept:  # nothing the call beside it was not given either
+                    omit = omit | (frozenset(spec.optional()) - set(kept))
             args = pool.arguments(
                 spec,
                 kept | fixed,

@@ -15,7 +15,8 @@ tools, when that is more):
    (``connect_p``), cut to ``max_calls``;
 3) turns and node operations, in Magnet's order: one turn per call, Merge (``merge_p``,
    Magnet's p = 0.3), Insert (``insert_p``), then ours: Bundle (``bundle_p``: one to
-   ``bundle_max`` independent requests in a turn) and fan-out (``parallel_p``: a call again
+   ``bundle_max`` independent requests in a turn, ``bundle_share`` of them the same values
+   asked of another function) and fan-out (``parallel_p``: a call again
    with other values, all or ``parallel_vary`` of them), then Split (``split_p``: a
    miss-param or miss-func turn; else, with ``ask_p``, ours: a miss-param first turn, the
    request leaving out a value the user must give, which single-turn benchmarks score as no
@@ -204,6 +205,15 @@ class MagnetTasksConfig(StageConfig):
         description="Bundle: requests added at most, a number drawn from 1..this per bundled "
         "task (BFCL's parallel_multiple asks for up to four functions in one turn), never "
         "past max_calls.",
+    )
+    bundle_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Bundle: the share of added requests that are the same values asked of "
+        'another function, said once ("the temperature and the humidity in Boston": 61 '
+        "of BFCL's 200 parallel_multiple questions); a function whose required parameters "
+        "the turn's first call takes, else an unrelated request as usual. 0: never.",
     )
     irrelevant_p: float = Field(
         0.0,
@@ -402,7 +412,13 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
             fsp = _cut_fsp(graph, fsp, cfg.max_calls)
         if cfg.bundle_p:
             fsp = bundle(
-                graph, fsp, rng, p=cfg.bundle_p, max_calls=cfg.max_calls, most=cfg.bundle_max
+                graph,
+                fsp,
+                rng,
+                p=cfg.bundle_p,
+                max_calls=cfg.max_calls,
+                most=cfg.bundle_max,
+                share_p=cfg.bundle_share,
             )
         if cfg.parallel_p:
             fsp = fan_out(fsp, rng, p=cfg.parallel_p, copies=cfg.parallel_copies)
@@ -440,6 +456,7 @@ class MagnetTasks(SourceStage[MagnetTasksConfig]):
                 execute=t.missing != "func",
                 differ_from=(index[c.replica_of],) if c.replica_of is not None else (),
                 vary=cfg.parallel_vary if c.replica_of is not None else 0,
+                share=index[c.shares] if c.shares is not None else None,
             )
             for t in fsp.turns
             for c in t.calls
