@@ -355,3 +355,26 @@ def test_other_tools_given_the_same_values_are_often_asked_for_in_one_request() 
     assert sum(bool(re.search(r"temperature( forecast)? and (\w+ )?the humidity", q))
                for q in once) > 0.3 * len(once)  # fmt: skip
     assert not any(q.count("Boston, USA") == 1 for q in said["other"])
+
+
+def test_a_calls_one_string_is_often_said_without_its_parameters_name() -> None:
+    """BFCL's questions name the parameter of about a third of their string values ("the
+    proteins found in the plasma membrane"); a call's one stated string is said without its
+    parameter's name in a good share of draws, still findable. With two strings each keeps
+    the name that tells them apart."""
+    tools = [{"type": "function", "function": {"name": "get_proteins",
+              "description": "Get the list of proteins in a specific cell compartment.",
+              "parameters": {"type": "object", "properties": {
+                  "cell_compartment": {"type": "string"}, "organism": {"type": "string"},
+                  "include_description": {"type": "boolean"}}}}}]  # fmt: skip
+    membrane = {"cell_compartment": "plasma membrane"}
+    one = [[GoldCall(name="get_proteins", arguments={**membrane, "include_description": True})]]
+    two = [[GoldCall(name="get_proteins", arguments={**membrane, "organism": "yeast"})]]
+    said = {}
+    for name, steps in (("one", one), ("two", two)):
+        queries = [q for s in range(40) for q in write(steps, tools, seed=s)]
+        assert _check(steps, tools, queries) == []
+        said[name] = [q.lower() for q in queries]
+    unnamed = [q for q in said["one"] if "compartment" not in q]
+    assert 0.25 < len(unnamed) / len(said["one"]) < 0.75
+    assert all("compartment" in q for q in said["two"])
