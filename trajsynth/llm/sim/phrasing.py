@@ -932,7 +932,7 @@ def _clause(
     strings = [
         k for k, v in call.arguments.items() if isinstance(v, str) and not _derived(v, outputs)
     ]
-    bare = strings[0] if len(strings) == 1 and rng.random() < IMPLICIT_P else None
+    bare = strings[0] if IMPLICIT_P and len(strings) == 1 and rng.random() < IMPLICIT_P else None
     for k, v in call.arguments.items():
         slot = _slot(k, v, rng, derived=_derived(v, outputs), unit=_unit(info, k), bare=k == bare)
         pw = param_words(k)
