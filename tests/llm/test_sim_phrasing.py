@@ -23,7 +23,7 @@ from trajsynth.core.surface import find
 from trajsynth.core.task import GoldCall, GoldTurn, GroundTruth
 from trajsynth.envs.importers.bfcl import read_entries
 from trajsynth.llm.base import ChatRequest
-from trajsynth.llm.sim import SimBackend, SimConfig, SkillProfile
+from trajsynth.llm.sim import SimBackend, SimConfig, SkillProfile, phrasing
 from trajsynth.llm.sim.phrasing import names_tool, quotes_description, unit_of
 
 WRITER = SimBackend(SimConfig(), role="query_writer")
@@ -357,11 +357,11 @@ def test_other_tools_given_the_same_values_are_often_asked_for_in_one_request() 
     assert not any(q.count("Boston, USA") == 1 for q in said["other"])
 
 
-def test_a_calls_one_string_is_often_said_without_its_parameters_name() -> None:
+def test_a_calls_one_string_is_often_said_without_its_parameters_name(monkeypatch) -> None:
     """BFCL's questions name the parameter of about a third of their string values ("the
-    proteins found in the plasma membrane"); a call's one stated string is said without its
-    parameter's name in a good share of draws, still findable. With two strings each keeps
-    the name that tells them apart."""
+    proteins found in the plasma membrane"); with ``IMPLICIT_P`` a call's one stated string
+    is said without its parameter's name in a good share of draws, still findable. With two
+    strings each keeps the name that tells them apart. Off (0), every one is named."""
     tools = [{"type": "function", "function": {"name": "get_proteins",
               "description": "Get the list of proteins in a specific cell compartment.",
               "parameters": {"type": "object", "properties": {
@@ -370,6 +370,9 @@ def test_a_calls_one_string_is_often_said_without_its_parameters_name() -> None:
     membrane = {"cell_compartment": "plasma membrane"}
     one = [[GoldCall(name="get_proteins", arguments={**membrane, "include_description": True})]]
     two = [[GoldCall(name="get_proteins", arguments={**membrane, "organism": "yeast"})]]
+    off = [q.lower() for s in range(40) for q in write(one, tools, seed=s)]
+    assert all("compartment" in q for q in off)
+    monkeypatch.setattr(phrasing, "IMPLICIT_P", 0.5)
     said = {}
     for name, steps in (("one", one), ("two", two)):
         queries = [q for s in range(40) for q in write(steps, tools, seed=s)]
