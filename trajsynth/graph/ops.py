@@ -568,14 +568,15 @@ def _bundle_one(graph: SignatureGraph, fsp: FSP, rng: random.Random, tries: int)
         return None
     i = rng.choice(at)
     uid = _next_uid(every)
-    for tool in rng.sample(spare, min(tries, len(spare))):
-        call = PathCall(uid, tool, independent=True)
-        turns = list(fsp.turns)
-        turns[i] = replace(turns[i], calls=(call, *turns[i].calls))
-        out = FSP(turns=tuple(turns), log=(*fsp.log, "bundle:1"))
-        if not problems(graph, out):
-            return out
-    return None
+    calls = fsp.turns[i].calls
+    return _first_legal(
+        graph,
+        fsp,
+        i,
+        rng.sample(spare, min(tries, len(spare))),
+        lambda tool: (PathCall(uid, tool, independent=True), *calls),
+        "bundle:1",
+    )
 
 
 def _share_one(graph: SignatureGraph, fsp: FSP, rng: random.Random, tries: int) -> FSP | None:
@@ -587,12 +588,12 @@ def _share_one(graph: SignatureGraph, fsp: FSP, rng: random.Random, tries: int) 
         for i, t in enumerate(fsp.turns)
         if t.kind == "tool" and t.missing is None and not t.calls[0].inserted
     ]
-    every = fsp.calls(executed=False)
-    used = {c.tool for c in every}
     if not at:
         return None
+    every = fsp.calls(executed=False)
+    used = {c.tool for c in every}
     i = rng.choice(at)
-    first = fsp.turns[i].calls[0]
+    first, *rest = fsp.turns[i].calls
     stated = set(graph.spec(first.tool).properties()) - set(first.bound())
     fits = [
         f
@@ -600,11 +601,30 @@ def _share_one(graph: SignatureGraph, fsp: FSP, rng: random.Random, tries: int) 
         if f not in used and len(needs := set(graph.spec(f).required())) > 0 and needs <= stated
     ]
     uid = _next_uid(every)
-    for tool in rng.sample(fits, min(tries, len(fits))):
-        call = PathCall(uid, tool, independent=True, shares=first.uid)
+    return _first_legal(
+        graph,
+        fsp,
+        i,
+        rng.sample(fits, min(tries, len(fits))),
+        lambda tool: (first, PathCall(uid, tool, independent=True, shares=first.uid), *rest),
+        "bundle:share",
+    )
+
+
+def _first_legal(
+    graph: SignatureGraph,
+    fsp: FSP,
+    i: int,
+    tools: list[str],
+    calls_with: Callable[[str], tuple[PathCall, ...]],
+    op: str,
+) -> FSP | None:
+    """``fsp`` with turn ``i``'s calls replaced by ``calls_with(tool)`` for the first of
+    ``tools`` that keeps the path legal (logged as ``op``), or None when none does."""
+    for tool in tools:
         turns = list(fsp.turns)
-        turns[i] = replace(turns[i], calls=(first, call, *turns[i].calls[1:]))
-        out = FSP(turns=tuple(turns), log=(*fsp.log, "bundle:share"))
+        turns[i] = replace(turns[i], calls=calls_with(tool))
+        out = FSP(turns=tuple(turns), log=(*fsp.log, op))
         if not problems(graph, out):
             return out
     return None

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -1144,9 +1145,7 @@ def _shared(
     the temperature and the humidity in Boston". Only for tools called once in the step (the
     calls of a tool called again are joined by :func:`_conjoin`) and values not attached to
     the object ("the product P-1 and the reviews" would not say whose)."""
-    count: dict[str, int] = {}
-    for call in step:
-        count[call.name] = count.get(call.name, 0) + 1
+    count = Counter(call.name for call in step)
     calls: list[GoldCall] = []
     clauses: list[_Clause] = []
     taken: set[int] = set()
