@@ -12,15 +12,18 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 
+from trajsynth.core import AsBefore, identity_dump, stable_hash
 from trajsynth.stages import (
     GlobalStage,
     RowStage,
     StageConfig,
     StageImportError,
     build_stage,
+    config_hash,
     get_stage,
     load_builtin_stages,
     registry,
@@ -140,3 +143,60 @@ def test_the_config_class_comes_from_the_generic_parameter_or_an_inner_class() -
     # every built-in stage validates its `with:` against the class it is parameterised by
     assert type(build_stage("echo", {}).config).__name__ == "EchoConfig"
     assert type(build_stage("hardgen", {}).config).__name__ == "HardGenConfig"
+
+
+class _Inner(StageConfig):
+    depth: int = 2
+
+
+class _Old(StageConfig):
+    """A stage's config before an option was added."""
+
+    rate: float = 0.3
+    inner: _Inner = _Inner()
+
+
+class _NewInner(StageConfig):
+    depth: int = 2
+    wide: Annotated[bool, AsBefore(False)] = False
+
+
+class _New(StageConfig):
+    """The same config with two options added, one of them nested."""
+
+    rate: float = 0.3
+    share: Annotated[float, AsBefore(0.0)] = 0.0
+    inner: _NewInner = _NewInner()
+
+
+def test_an_added_option_at_its_old_behaviour_leaves_the_row_ids_as_they_were() -> None:
+    old = config_hash("s", _Old())
+    assert config_hash("s", _New()) == old
+    assert config_hash("s", _New(share=0)) == old  # 0 and 0.0 are one setting
+    # any other setting is a new config: other ids, other draws
+    assert config_hash("s", _New(share=0.5)) != old
+    assert config_hash("s", _New(inner=_NewInner(wide=True))) != old
+    # the options that were there before still count
+    assert config_hash("s", _New(rate=0.4)) == config_hash("s", _Old(rate=0.4)) != old
+    assert identity_dump(_New(share=0.5)) == {
+        "rate": 0.3,
+        "share": 0.5,
+        "inner": {"depth": 2},
+    }
+
+
+def test_the_old_behaviour_value_is_compared_by_type_not_only_by_equality() -> None:
+    class Flag(StageConfig):
+        n: Annotated[int | bool, AsBefore(1)] = 1
+
+    assert identity_dump(Flag()) == {}
+    assert identity_dump(Flag(n=True)) == {"n": True}  # True == 1, but not the same setting
+
+
+def test_magnet_tasks_bundle_share_off_hashes_as_before_it_existed() -> None:
+    stage = build_stage("magnet_tasks", {})
+    dump = stage.config.model_dump(mode="json")
+    assert dump.pop("bundle_share") == 0.0
+    assert config_hash("magnet_tasks", stage.config) == stable_hash(
+        {"uses": "magnet_tasks", "with": dump}
+    )

@@ -2,7 +2,7 @@
 of ours)."""
 
 from .batch import conform, empty_batch, to_batch, to_records
-from .config import StrictModel
+from .config import AsBefore, StrictModel, identity_dump
 from .errors import (
     BackendError,
     CircuitOpen,
@@ -40,6 +40,7 @@ __all__ = [
     "ARROW_SCHEMA",
     "CAPABILITIES",
     "SCHEMA_VERSION",
+    "AsBefore",
     "BackendError",
     "CircuitOpen",
     "ConfigError",
@@ -70,6 +71,7 @@ __all__ = [
     "conform",
     "empty_batch",
     "file_fingerprint",
+    "identity_dump",
     "json_schema",
     "seed_from",
     "stable_hash",

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 from pydantic import ValidationError
 
+from ..core.config import identity_dump
 from ..core.errors import BackendError, ConfigError, UnknownStageError
 from ..core.ids import stable_hash
 from .context import Context
@@ -164,7 +165,10 @@ def _format_validation(exc: ValidationError, *, prefix: str) -> str:
 
 
 def config_hash(name: str, config: StageConfig) -> str:
-    return stable_hash({"uses": name, "with": config.model_dump(mode="json")})
+    """The hash that names a stage's rows (``ctx.config_hash``): its config less the options
+    at their :class:`~trajsynth.core.AsBefore` value, so adding an option redraws nothing.
+    The runner's cache key hashes the whole config."""
+    return stable_hash({"uses": name, "with": identity_dump(config)})
 
 
 def stage(

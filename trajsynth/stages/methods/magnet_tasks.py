@@ -59,11 +59,12 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
 from ...core.batch import to_batch
+from ...core.config import AsBefore
 from ...core.ids import seed_from, stable_id
 from ...core.prompts import system_prompt
 from ...core.schema import Message, Trajectory
@@ -206,7 +207,7 @@ class MagnetTasksConfig(StageConfig):
         "task (BFCL's parallel_multiple asks for up to four functions in one turn), never "
         "past max_calls.",
     )
-    bundle_share: float = Field(
+    bundle_share: Annotated[float, AsBefore(0.0)] = Field(
         0.0,
         ge=0,
         le=1,
