@@ -82,3 +82,32 @@ def test_train_sft_says_when_it_ignores_the_rows_weights(
         said = [r.getMessage() for r in caplog.records if "sample weight" in r.getMessage()]
         assert [e for e in expected if any(e in m for m in said)] == expected
         assert len(said) == len(expected)
+
+
+def test_train_sft_says_which_rows_max_len_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row whose first assistant message starts past ``max_len`` cannot be trained on: the
+    stage counts it (``rows_cut_off``) and warns with the length that keeps it; rows that fit
+    leave the log quiet."""
+    gold = gold_trajectory(ROW, env_maker())
+    first_user = next(i for i, m in enumerate(gold.messages) if m.role == "user")
+    messages = list(gold.messages)
+    request = messages[first_user]
+    words = "Please, " + "and I mean it, " * 60 + (request.content or "")
+    messages[first_user] = request.model_copy(update={"content": words})
+    long = gold.derive(id="long", messages=messages)
+    rows = [gold.derive(id="short"), long]
+    for max_len, cut_off in ((1024, 0), (300, 1)):
+        caplog.clear()
+        cfg = {"sft": {"epochs": 1, "tiny": TINY, "max_len": max_len}}
+        ctx = Context(ContextSpec(stage_id="t", artifacts_dir=str(tmp_path / str(max_len))))
+        with caplog.at_level("WARNING"):
+            list(build_stage("train_sft", cfg).process(iter([to_batch(rows)]), ctx))
+        assert ctx.metrics.values["rows_cut_off"] == cut_off
+        said = [r.getMessage() for r in caplog.records if "max_len" in r.getMessage()]
+        if cut_off:
+            assert len(said) == 1 and "1 of 2 rows left out" in said[0]
+            assert "raise max_len to keep them" in said[0]
+        else:
+            assert said == []

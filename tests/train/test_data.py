@@ -69,7 +69,7 @@ def test_epoch_order_is_seeded() -> None:
 def test_tokenize_rows_truncates_and_skips(tiny) -> None:
     pytest.importorskip("transformers")
     from trajsynth.core.schema import Message, Trajectory
-    from trajsynth.train.data import tokenize_rows
+    from trajsynth.train.data import left_out_note, tokenize_rows
 
     from .conftest import conversation
 
@@ -78,8 +78,20 @@ def test_tokenize_rows_truncates_and_skips(tiny) -> None:
     rows = [conversation(0), conversation(1, "Oslo"), task_row]
     exs, stats = tokenize_rows(tok, rows, max_len=4096)
     assert stats.examples == 2 and stats.skipped_no_assistant == 1 and stats.truncated == 0
+    longest = max(len(e) for e in exs)
     exs, stats = tokenize_rows(tok, rows, max_len=len(exs[0]) - 5)
     assert stats.truncated == 2 and all(len(e) == len(exs[0]) for e in exs)
-    # a row cut before its first assistant token has nothing to train on
+    assert stats.longest == longest
+    assert left_out_note(stats.as_dict(), len(exs[0])) == (
+        f"2 of 3 rows lost their end past max_len ({len(exs[0])} tokens); the longest row "
+        f"has {longest} tokens: raise max_len to keep them"
+    )
+    # a row cut before its first assistant token has nothing to train on: counted apart from a
+    # row that never had an assistant message, and the note says how long a row to allow
     _, stats = tokenize_rows(tok, rows, max_len=20)
-    assert stats.examples == 0 and stats.skipped_no_assistant == 3
+    assert stats.examples == 0 and stats.cut_off == 2 and stats.skipped_no_assistant == 1
+    assert stats.truncated == 0
+    note = left_out_note(stats.as_dict(), 20)
+    assert note is not None and note.startswith("2 of 3 rows left out: their first assistant")
+    assert f"the longest row has {longest} tokens" in note
+    assert left_out_note(tokenize_rows(tok, rows, max_len=4096)[1].as_dict(), 4096) is None

@@ -7,7 +7,8 @@
    produce a tool's output. Steps flagged ``deviated`` (``Trajectory.context_steps``: STeCa
    keeps the agent's wrong step as context before its reflection) are masked out too;
 2) keep the start of a sequence longer than ``max_len`` (counted in :class:`DataStats`); a row
-   with no assistant token left is skipped;
+   with no assistant token left is left out and counted apart (``cut_off``: a row the pipeline
+   made that training cannot use; :func:`left_out_note` says so and what to raise);
 3) pack: best-fit decreasing of whole sequences into rows of ``max_len`` tokens. Positions
    restart at 0 in each sequence, and the model is given ``position_ids`` and no attention
    mask, so transformers builds a block-diagonal causal mask: a token never attends to
@@ -51,6 +52,7 @@ __all__ = [
     "DataStats",
     "Example",
     "batches",
+    "left_out_note",
     "pack",
     "sample_weight",
     "step_weights",
@@ -78,8 +80,14 @@ class Example:
 class DataStats:
     rows: int = 0
     examples: int = 0
+    #: rows without an assistant message (nothing to learn from them)
     skipped_no_assistant: int = 0
+    #: rows longer than max_len whose start was kept (the end of the conversation is lost)
     truncated: int = 0
+    #: rows longer than max_len with no assistant token before it: left out
+    cut_off: int = 0
+    #: tokens of the longest row, before any cut
+    longest: int = 0
     tokens: int = 0
     loss_tokens: int = 0
 
@@ -245,18 +253,47 @@ def tokenize_rows(
         ex = tokenize_row(
             tokenizer, row, reasoning=reasoning, weights=weights, decision_weight=decision_weight
         )
-        if len(ex) > max_len:
-            stats.truncated += 1
-            cut = ex.weights[:max_len] if ex.weights is not None else None
-            ex = Example(ex.input_ids[:max_len], ex.mask[:max_len], ex.row_id, cut)
+        stats.longest = max(stats.longest, len(ex))
+        cut = len(ex) > max_len
+        if cut:
+            kept = ex.weights[:max_len] if ex.weights is not None else None
+            ex = Example(ex.input_ids[:max_len], ex.mask[:max_len], ex.row_id, kept)
         if not any(ex.mask[1:]):
-            stats.skipped_no_assistant += 1
+            if cut:
+                stats.cut_off += 1
+            else:
+                stats.skipped_no_assistant += 1
             continue
+        stats.truncated += cut
         stats.examples += 1
         stats.tokens += len(ex)
         stats.loss_tokens += sum(ex.mask[1:])
         out.append(ex)
     return out, stats
+
+
+def left_out_note(data: dict[str, int], max_len: int) -> str | None:
+    """What ``max_len`` cost the training, in one sentence (None when it cost nothing): the
+    rows it left out whole and the rows whose end it cut, with the length that keeps them.
+
+    >>> note = left_out_note({"rows": 100, "cut_off": 3, "truncated": 2, "longest": 1900}, 1024)
+    >>> print(note.replace("; ", ";\\n"))
+    3 of 100 rows left out: their first assistant message starts past max_len (1,024 tokens);
+    2 more lost their end;
+    the longest row has 1,900 tokens: raise max_len to keep them
+    """
+    lost, cut = data.get("cut_off", 0), data.get("truncated", 0)
+    if not lost and not cut:
+        return None
+    head = (
+        f"{lost} of {data.get('rows', 0)} rows left out: their first assistant "
+        f"message starts past max_len ({max_len:,} tokens)"
+        if lost
+        else f"{cut} of {data.get('rows', 0)} rows lost their end past max_len ({max_len:,} tokens)"
+    )
+    more = f"; {cut} more lost their end" if lost and cut else ""
+    longest = data.get("longest", 0)
+    return f"{head}{more}; the longest row has {longest:,} tokens: raise max_len to keep them"
 
 
 def pack(examples: Sequence[Example], max_len: int) -> list[list[Example]]:

@@ -28,6 +28,7 @@ from pydantic import Field, field_validator
 
 from ...core.batch import to_records
 from ...core.errors import ConfigError, DataError
+from ...train.data import left_out_note
 from ...train.grpo import GRPOConfig, train_grpo
 from ...train.sft import SFTConfig, train_sft
 from ..context import Context
@@ -102,6 +103,11 @@ class TrainSFT(GlobalStage[TrainSFTConfig]):
         ctx.metrics.set("warm_start", bool(needed))
         for key in ("steps", "seconds", "first_loss", "final_loss", "tokens"):
             ctx.metrics.set(key, getattr(result, key))
+        ctx.metrics.set("rows_cut_off", result.data.get("cut_off", 0))
+        ctx.metrics.set("rows_truncated", result.data.get("truncated", 0))
+        note = left_out_note(result.data, sft.max_len)
+        if note:
+            ctx.log.warning("train_sft: %s", note)
         yield from ()
 
 
