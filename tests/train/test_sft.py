@@ -128,6 +128,34 @@ def test_step_budget_caps_epochs_but_never_adds_steps(tmp_path: Path) -> None:
     assert train_sft(rows, tmp_path / "uncapped", cfg).steps == 8
 
 
+def test_pack_len_keeps_long_rows_whole_without_longer_steps(tmp_path: Path) -> None:
+    """max_len is the longest conversation kept whole; pack_len the packed row. A conversation
+    longer than pack_len gets a row of its own, so nothing is cut, while the short ones are
+    packed as densely as before: as many steps as packing at pack_len, more than at max_len."""
+    from trajsynth.train.data import pack, tokenize_rows
+    from trajsynth.train.tiny import new_student
+
+    long_name = " ".join(f"{c}{k}" for k in range(30) for c in CITIES[:2])
+    rows = [*_rows(12), *(conversation(20 + i, long_name) for i in range(4))]
+    base = SFTConfig(tiny=TINY, epochs=1, batch_size=1, max_len=1024)
+    _, tok = new_student(rows, base.tiny.model_copy(update={"seed": base.seed}))
+    examples, stats = tokenize_rows(tok, rows, max_len=1024, reasoning=base.reasoning)
+    short = min(len(e) for e in examples)
+    assert stats.truncated == 0
+    narrow = 2 * short + 10  # two short conversations a row; the long ones are longer
+    assert any(len(e) > narrow for e in examples)
+    packed = train_sft(rows, tmp_path / "p", base.model_copy(update={"pack_len": narrow}))
+    assert packed.steps == len(pack(examples, narrow)) > len(pack(examples, 1024))
+    assert packed.data["truncated"] == 0 and packed.data["cut_off"] == 0
+    assert packed.tokens == stats.tokens  # every token of every row, none cut
+    # at max_len=narrow instead, the same rows lose their ends
+    cut = train_sft(rows, tmp_path / "c", base.model_copy(update={"max_len": narrow}))
+    assert cut.data["truncated"] > 0 and cut.tokens < stats.tokens
+    # unset, pack_len leaves the run (and a resumable checkpoint's identity) as it was
+    assert base.identity() == base.model_copy(update={"pack_len": None}).identity()
+    assert base.identity() != base.model_copy(update={"pack_len": narrow}).identity()
+
+
 def test_time_budget_stops_training_with_the_lr_decayed(tmp_path: Path) -> None:
     from trajsynth.train.sft import _lr_at
 

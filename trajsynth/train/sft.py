@@ -41,10 +41,11 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..core.config import AsBefore, identity_dump
 from ..core.errors import ConfigError, DataError
 from ..core.ids import stable_hash
 from ..core.schema import Trajectory
@@ -127,6 +128,13 @@ class SFTConfig(LoRASettings):
         default=1024, ge=16, description="Tokens per row (packed) or per sequence (truncated)."
     )
     pack: bool = Field(default=True, description="Pack whole conversations into rows.")
+    pack_len: Annotated[int | None, AsBefore(None)] = Field(
+        default=None,
+        ge=16,
+        description="Tokens per packed row when below max_len (None: max_len): short "
+        "conversations share rows of pack_len tokens, a longer one (up to max_len) gets a row "
+        "of its own, so long rows are kept whole without making every step longer.",
+    )
     reasoning: bool = Field(default=True, description="Train on the assistant's reasoning too.")
     weights: bool = Field(
         default=True,
@@ -161,7 +169,9 @@ class SFTConfig(LoRASettings):
 
     def identity(self) -> str:
         """Hash of the settings that change the result (not where or how often it saves)."""
-        keep = self.model_dump(exclude={"device", "save_every", "resume", "log_every"})
+        keep = identity_dump(self)
+        for name in ("device", "save_every", "resume", "log_every"):
+            keep.pop(name, None)
         return stable_hash(keep)
 
 
@@ -302,7 +312,7 @@ def train_sft(
         return batches(
             examples,
             batch_size=cfg.batch_size,
-            max_len=cfg.max_len,
+            max_len=min(cfg.pack_len or cfg.max_len, cfg.max_len),
             pack_sequences=cfg.pack,
             pad_id=pad_id,
             seed=cfg.seed + epoch,
