@@ -153,3 +153,47 @@ def test_a_rerun_says_why_in_the_summary(tmp_path: Path, capsys: pytest.CaptureF
     assert line.startswith(f"raw reran: {why}") and ", recorded " in line
     assert "raw (synthetic): 0 → 50 rows" in err and f"— reran: {why}" in err
     assert f"stage raw runs again: {why}" in (run_dir / "logs" / "run.log").read_text()
+
+
+def test_a_stage_s_findings_are_printed_kept_and_logged(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``Stage.findings`` reads the stage's metrics merged over its units (two shards here):
+    ``trajsynth run`` prints each under the stage's line, the manifest keeps them, run.log has
+    them, and a cached rerun prints them again."""
+    from trajsynth.cli import main
+    from trajsynth.stages import MapStage, StageConfig, register
+
+    @register
+    class CountOdd(MapStage):
+        """Test stage: passes its rows and counts the odd ones."""
+
+        name = "test_count_odd"
+
+        class Config(StageConfig):
+            pass
+
+        def process(self, batches, ctx):
+            for b in batches:
+                ctx.metrics.inc("odd", sum(i % 2 for i in range(b.num_rows)))
+                yield b
+
+        def findings(self, metrics):
+            odd = metrics.get("counters", {}).get("odd", 0)
+            return [f"{odd} odd rows over every unit"] if odd else []
+
+    raw = {**RAW, "shard_rows": 25}
+    odd = {"id": "odd", "uses": "test_count_odd", "from": "raw"}
+    pipe = write(tmp_path / "p.yaml", {"name": "ok", "stages": [raw, odd]})
+    run_dir = tmp_path / "run"
+    said = "24 odd rows over every unit"  # 12 of each unit's 25 rows
+    for cached in (False, True):
+        capsys.readouterr()
+        main(["run", str(pipe), "--out", str(run_dir)])
+        err = capsys.readouterr().err
+        line = next(i for i, x in enumerate(err.splitlines()) if "odd (test_count_odd)" in x)
+        assert ("(cached)" in err.splitlines()[line]) == cached
+        assert err.splitlines()[line + 1].strip() == f"! {said}"
+    state = json.loads((run_dir / "manifest.json").read_text())["stages"]["odd"]
+    assert state["findings"] == [said]
+    assert f"stage odd: {said}" in (run_dir / "logs" / "run.log").read_text()

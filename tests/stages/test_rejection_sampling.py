@@ -201,3 +201,36 @@ def test_ground_truth_roundtrip_of_the_rollouts(pipeline_run: Path) -> None:
         gt = GroundTruth.from_json(r.ground_truth)
         assert r.extra["final_state_hash"] == gt.final_state_hash
         assert r.messages[0].role == "system" and r.num_turns >= 1
+
+
+def test_a_domain_with_no_task_solved_is_a_finding() -> None:
+    """Every rollout of the commerce task fails (the teacher answers in prose), the travel task
+    is solved: the stage names commerce, and only it, in its findings; with both solved it has
+    none."""
+    other = next(iter(FACTORY.example_tasks("commerce")))
+    other_row = other.to_trajectory(FACTORY.toolset("commerce"))
+    good = '{"amount": 250, "from_currency": "EUR", "to_currency": "USD"}'
+
+    def teacher(req: ChatRequest) -> RawChoice:
+        names = {t["function"]["name"] for t in req.tools or []}
+        if req.messages[-1]["role"] == "tool":
+            return RawChoice(content="250 EUR is 270.0 USD.")
+        if "convert_currency" in names:
+            return call("convert_currency", good)
+        return RawChoice(content="I would rather not.")
+
+    ctx = Context(ContextSpec(stage_id="rs", seed=0))
+    use_scripted(ctx, "teacher", teacher)
+    stage = build_stage("rejection_sampling", {"n": 2, "first_step_n": False})
+    for _ in stage.process(iter([to_batch([TASK, other_row])]), ctx):
+        pass
+    metrics = ctx.metrics.snapshot()
+    c = metrics["counters"]
+    assert (c["domain.travel.tasks"], c["domain.travel.solved"]) == (1, 1)
+    assert (c["domain.commerce.tasks"], c["domain.commerce.solved"]) == (1, 0)
+    assert stage.findings(metrics) == [
+        "1 of 2 domains had no task solved in 2 rollouts each, so none of its rows reaches the "
+        "output: commerce (1 task) (the failed side output says why)"
+    ]
+    c["domain.commerce.solved"] = 1
+    assert stage.findings(metrics) == []

@@ -84,30 +84,28 @@ def test_train_sft_says_when_it_ignores_the_rows_weights(
         assert len(said) == len(expected)
 
 
-def test_train_sft_says_which_rows_max_len_left_out(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_train_sft_says_which_rows_max_len_left_out(tmp_path: Path) -> None:
     """A row whose first assistant message starts past ``max_len`` cannot be trained on: the
-    stage counts it (``rows_cut_off``) and warns with the length that keeps it; rows that fit
-    leave the log quiet."""
+    stage counts it (``rows_cut_off``) and its findings say so, with the length that keeps it;
+    rows that fit leave it with none."""
     gold = gold_trajectory(ROW, env_maker())
     first_user = next(i for i, m in enumerate(gold.messages) if m.role == "user")
     messages = list(gold.messages)
     request = messages[first_user]
     words = "Please, " + "and I mean it, " * 60 + (request.content or "")
     messages[first_user] = request.model_copy(update={"content": words})
-    long = gold.derive(id="long", messages=messages)
-    rows = [gold.derive(id="short"), long]
+    rows = [gold.derive(id="short"), gold.derive(id="long", messages=messages)]
     for max_len, cut_off in ((1024, 0), (300, 1)):
-        caplog.clear()
         cfg = {"sft": {"epochs": 1, "tiny": TINY, "max_len": max_len}}
         ctx = Context(ContextSpec(stage_id="t", artifacts_dir=str(tmp_path / str(max_len))))
-        with caplog.at_level("WARNING"):
-            list(build_stage("train_sft", cfg).process(iter([to_batch(rows)]), ctx))
-        assert ctx.metrics.values["rows_cut_off"] == cut_off
-        said = [r.getMessage() for r in caplog.records if "max_len" in r.getMessage()]
+        stage = build_stage("train_sft", cfg)
+        list(stage.process(iter([to_batch(rows)]), ctx))
+        metrics = ctx.metrics.snapshot()
+        assert metrics["values"]["rows_cut_off"] == cut_off
+        found = stage.findings(metrics)
         if cut_off:
-            assert len(said) == 1 and "1 of 2 rows left out" in said[0]
-            assert "raise max_len to keep them" in said[0]
+            assert len(found) == 1 and found[0].startswith("1 of 2 rows left out")
+            assert "past max_len (300 tokens)" in found[0]
+            assert found[0].endswith("raise max_len to keep them")
         else:
-            assert said == []
+            assert found == []

@@ -172,6 +172,8 @@ class RichReporter(Reporter):
                 line += " [yellow]— resumed[/]" + (f" ({escape(why)})" if why else "")
             elif why:
                 line += f" [yellow]— reran: {escape(why)}[/]"
+        for finding in state.findings:  # what its metrics show, though nothing failed
+            line += f"\n  [yellow]![/] {escape(finding)}"
         if self.live:
             self.progress.console.print(line)
         else:

@@ -516,6 +516,9 @@ class Runner:
         if too_few is not None:
             self._fail(state, manifest, too_few, started)
             raise StageFailed(too_few, hint=f"details in {self.log_path}")
+        state.findings = rs.stage.findings(state.metrics)
+        for line in state.findings:
+            log.warning("stage %s: %s", sid, line)
         if cls.makes_artifact:
             state.artifact_files, state.artifact_fingerprint = _fingerprint_dir(
                 self.folder.artifacts(sid)

@@ -193,6 +193,14 @@ class Stage(ABC, Generic[C]):
         """Rows a source will make, when known (for the progress bar)."""
         return None
 
+    def findings(self, metrics: dict[str, Any]) -> list[str]:
+        """What the finished stage's metrics (merged over every unit and process: ``counters``,
+        ``values``, ``lists``) show that its user must see although nothing failed, one line
+        each: a domain none of whose tasks was solved, rows a trainer could not use. The runner
+        logs them, keeps them in the manifest (``StageState.findings``) and ``trajsynth run``
+        prints them under the stage's line. Default: none."""
+        return []
+
     @classmethod
     def doc(cls) -> str:
         """First line of the class docstring."""

@@ -88,6 +88,8 @@ class StageState(BaseModel):
     artifact_files: dict[str, int] = Field(default_factory=dict)
     artifact_fingerprint: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
+    #: what the finished stage's metrics show that its user must see (``Stage.findings``)
+    findings: list[str] = Field(default_factory=list)
     #: how many times this stage's code was started in this run folder (cache tests read it)
     executions: int = 0
     resumes: int = 0

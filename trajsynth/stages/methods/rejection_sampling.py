@@ -37,7 +37,9 @@ episodes play at once (twice the role's endpoint concurrency by default), so lon
 are not left for last with the endpoint half empty (``bench/generation.py``).
 
 Metrics: ``tasks``, ``tasks_solved``, ``rollouts`` (played to a verdict), ``passed``,
-``rejected.<layer>``, ``infra.units`` (rollouts tried), ``infra.lost``.
+``rejected.<layer>``, ``infra.units`` (rollouts tried), ``infra.lost``, and per domain
+``domain.<name>.tasks`` and ``domain.<name>.solved``: a domain with tasks and none solved is a
+finding of the stage (``trajsynth run`` prints it), since no row of it reaches training.
 """
 
 from __future__ import annotations
@@ -95,6 +97,10 @@ class RejectionSamplingConfig(StageConfig):
     limits: RolloutLimits = Field(default_factory=RolloutLimits, description="Episode limits.")
 
 
+#: the metrics' prefix of the per-domain counts
+_DOMAIN = "domain."
+
+
 @register
 class RejectionSampling(RolloutStage[RejectionSamplingConfig]):
     """N rollouts per task, verified format → execution → state/calls → judge; failures kept."""
@@ -105,6 +111,28 @@ class RejectionSampling(RolloutStage[RejectionSamplingConfig]):
 
     def setup(self, ctx: Context) -> None:
         self._slots: dict[Any, asyncio.Semaphore] = {}
+
+    def findings(self, metrics: dict[str, Any]) -> list[str]:
+        """The domains whose tasks were all failed (one line naming them all)."""
+        counts: dict[str, dict[str, float]] = {}
+        for key, n in metrics.get("counters", {}).items():
+            if key.startswith(_DOMAIN):
+                domain, _, what = key[len(_DOMAIN) :].rpartition(".")
+                counts.setdefault(domain, {})[what] = n
+        unsolved = sorted(
+            (d, int(c.get("tasks", 0)))
+            for d, c in counts.items()
+            if c.get("tasks", 0) and not c.get("solved", 0)
+        )
+        if not unsolved:
+            return []
+        named = ", ".join(f"{d} ({n} task{'s' if n != 1 else ''})" for d, n in unsolved)
+        some, its = ("1", "its") if len(unsolved) == 1 else (str(len(unsolved)), "their")
+        return [
+            f"{some} of {len(counts)} domains had no task solved in {self.config.n} rollouts "
+            f"each, so none of {its} rows reaches the output: {named} (the failed side output "
+            "says why)"
+        ]
 
     def _episode_slots(self, ctx: Context) -> asyncio.Semaphore:
         """One semaphore per event loop bounding the episodes in flight."""
@@ -147,6 +175,8 @@ class RejectionSampling(RolloutStage[RejectionSamplingConfig]):
         ctx.metrics.inc("rollouts", total)
         ctx.metrics.inc("passed", passed)
         ctx.metrics.inc("tasks_solved", 1 if passed else 0)
+        ctx.metrics.inc(f"{_DOMAIN}{row.domain}.tasks")
+        ctx.metrics.inc(f"{_DOMAIN}{row.domain}.solved", 1 if passed else 0)
         out: list[Trajectory | Emit] = []
         kept = 0
         for r, (result, verdict, judge) in outcomes:

@@ -105,10 +105,21 @@ class TrainSFT(GlobalStage[TrainSFTConfig]):
             ctx.metrics.set(key, getattr(result, key))
         ctx.metrics.set("rows_cut_off", result.data.get("cut_off", 0))
         ctx.metrics.set("rows_truncated", result.data.get("truncated", 0))
-        note = left_out_note(result.data, sft.max_len)
-        if note:
-            ctx.log.warning("train_sft: %s", note)
+        ctx.metrics.set("longest_row", result.data.get("longest", 0))
+        ctx.metrics.set("max_len", sft.max_len)
         yield from ()
+
+    def findings(self, metrics: dict[str, Any]) -> list[str]:
+        """The rows ``max_len`` left out or cut (:func:`~trajsynth.train.data.left_out_note`)."""
+        values = metrics.get("values", {})
+        data = {
+            "rows": values.get("rows", 0),
+            "cut_off": values.get("rows_cut_off", 0),
+            "truncated": values.get("rows_truncated", 0),
+            "longest": values.get("longest_row", 0),
+        }
+        note = left_out_note(data, values.get("max_len", 0))
+        return [note] if note else []
 
 
 class TrainGRPOConfig(StageConfig):
