@@ -106,11 +106,13 @@ def main() -> None:
     ]
     started = time.perf_counter()
     _import_natural(external, imported)
-    result = run_pipeline("generalist", out=args.out, overrides=overrides)
+    # read once: the pipeline file may be edited while this runs for 45 minutes
+    pipeline = load_pipeline("generalist", overrides, output=args.out)
+    result = run_pipeline(pipeline, out=args.out)
     wall = time.perf_counter() - started
     stages = result.manifest.stages
     report = json.loads((Path(args.out) / "bfcl.json").read_text())
-    factory = EnvFactory(load_pipeline("generalist", overrides).spec.defaults.env)
+    factory = EnvFactory(pipeline.spec.defaults.env)
     tools = sum(len(factory.toolset(d)) for d in factory.domains())
     train_rows = int(stages["train"].metrics["values"]["rows"])  # views + natural
     train = stages["train"].metrics
