@@ -285,11 +285,11 @@ def left_out_note(data: dict[str, int], max_len: int) -> str | None:
     lost, cut = data.get("cut_off", 0), data.get("truncated", 0)
     if not lost and not cut:
         return None
+    rows, limit = f"{data.get('rows', 0):,} rows", f"max_len ({max_len:,} tokens)"
     head = (
-        f"{lost} of {data.get('rows', 0)} rows left out: their first assistant "
-        f"message starts past max_len ({max_len:,} tokens)"
+        f"{lost} of {rows} left out: their first assistant message starts past {limit}"
         if lost
-        else f"{cut} of {data.get('rows', 0)} rows lost their end past max_len ({max_len:,} tokens)"
+        else f"{cut} of {rows} lost their end past {limit}"
     )
     more = f"; {cut} more lost their end" if lost and cut else ""
     longest = data.get("longest", 0)
