@@ -29,8 +29,9 @@ CPU without them, the BFCL part is 1.2-1.5x slower and the SFT makes half the st
 The pipeline's stages are cached in ``--out``: a rerun with the same settings only reprints.
 The last line is one JSON object: ``base`` and ``trained`` (BFCL category → accuracy, plus
 ``mean`` over simple_python, multiple, parallel, parallel_multiple, live_simple),
-``irrelevance_base``, ``irrelevance_trained``, ``train_minutes``, ``train_rows``, ``tools``,
-``contamination``, ``trained_intervals`` (each trained figure's 95% bootstrap interval: at
+``irrelevance_base``, ``irrelevance_trained``, ``train_minutes``, ``train_rows``,
+``train_epochs`` (the share of an epoch the SFT got through), ``tools``, ``contamination``,
+``trained_intervals`` (each trained figure's 95% bootstrap interval: at
 20 questions a category, about ±0.2), and the run's wall time and load.
 """
 
@@ -131,6 +132,7 @@ def main() -> None:
     train_rows = int(stages["train"].metrics["values"]["rows"])  # views + natural
     train = stages["train"].metrics
 
+    epochs = float(train["values"].get("epochs_done", 0.0))
     base, trained = report["base"], report["trained"]
     bounds = report.get("intervals", {}).get("trained", {})
     print(f"{'BFCL category':<20}{'base':>8}{'trained':>9}  95% interval")
@@ -140,7 +142,8 @@ def main() -> None:
         print(f"{cat:<20}{base.get(cat, 0):>8.2f}{trained.get(cat, 0):>9.2f}{span}")
     print(
         f"{len(factory.domains())} domains, {tools} tools; {train_rows} training rows; "
-        f"SFT {train['values'].get('steps')} steps in {train['values']['seconds'] / 60:.1f} min; "
+        f"SFT {train['values'].get('steps')} steps ({epochs:.2f} of an epoch) in "
+        f"{train['values']['seconds'] / 60:.1f} min; "
         f"contamination {report['contamination']['count']}; run {wall / 60:.1f} min",
         flush=True,
     )
@@ -152,6 +155,7 @@ def main() -> None:
         "trained_intervals": bounds,
         "train_minutes": round(train["values"]["seconds"] / 60, 1),
         "train_rows": train_rows,
+        "train_epochs": round(epochs, 2),
         "tools": tools,
         "contamination": report["contamination"]["count"],
         "limit": args.limit,

@@ -109,3 +109,20 @@ def test_train_sft_says_which_rows_max_len_left_out(tmp_path: Path) -> None:
             assert found[0].endswith("raise max_len to keep them")
         else:
             assert found == []
+
+
+def test_train_sft_says_how_many_rows_a_short_run_never_saw(tmp_path: Path) -> None:
+    """A run stopped before one epoch (here max_steps 1 of 3 unpacked batches) keeps the counts
+    as metrics and its findings say how many examples it never trained on."""
+    gold = gold_trajectory(ROW, env_maker())
+    rows = [gold.derive(id=f"r{i}") for i in range(3)]
+    cfg = {"sft": {"epochs": 1, "tiny": TINY, "pack": False, "batch_size": 1, "max_steps": 1}}
+    ctx = Context(ContextSpec(stage_id="t", artifacts_dir=str(tmp_path)))
+    stage = build_stage("train_sft", cfg)
+    list(stage.process(iter([to_batch(rows)]), ctx))
+    values = ctx.metrics.snapshot()["values"]
+    assert (values["steps"], values["planned_steps"], values["examples_unseen"]) == (1, 1, 2)
+    assert stage.findings(ctx.metrics.snapshot()) == [
+        "training ended after 1 step (max_steps or step_budget), 0.33 of an epoch: 2 of 3 "
+        "examples were never trained on; give it more time or fewer, shorter rows"
+    ]

@@ -156,6 +156,34 @@ def test_pack_len_keeps_long_rows_whole_without_longer_steps(tmp_path: Path) -> 
     assert base.identity() != base.model_copy(update={"pack_len": narrow}).identity()
 
 
+def test_a_run_stopped_before_one_epoch_counts_the_examples_it_never_saw(tmp_path: Path) -> None:
+    """Stopped after k of an epoch's micro-batches, the examples outside those k are counted
+    as never trained on (exactly: the epoch's first k batches hold the rest), and the note
+    names the cause; a whole epoch leaves none."""
+    from trajsynth.train.data import batches, tokenize_rows
+    from trajsynth.train.sft import unseen_note
+    from trajsynth.train.tiny import new_student
+
+    rows = _rows(12)
+    cfg = SFTConfig(tiny=TINY, epochs=1, batch_size=2, max_len=512, pack=False)
+    _, tok = new_student(rows, cfg.tiny.model_copy(update={"seed": cfg.seed}))
+    examples, _ = tokenize_rows(tok, rows, max_len=512, reasoning=cfg.reasoning)
+    epoch = batches(examples, batch_size=2, max_len=512, pack_sequences=False, pad_id=0, seed=0)
+    assert len(epoch) == 6 and all(b.sequences == 2 for b in epoch)
+    whole = train_sft(rows, tmp_path / "whole", cfg)
+    assert (whole.steps, whole.planned_steps, whole.examples_unseen) == (6, 6, 0)
+    assert whole.epochs_done == 1.0 and unseen_note(whole.model_dump()) is None
+    part = train_sft(rows, tmp_path / "part", cfg.model_copy(update={"max_steps": 2}))
+    assert (part.steps, part.examples, part.examples_unseen) == (2, 12, 8)
+    assert part.epochs_done == pytest.approx(2 / 6)
+    assert unseen_note(part.model_dump()) == (
+        "training ended after 2 steps (max_steps or step_budget), 0.33 of an epoch: 8 of 12 "
+        "examples were never trained on; give it more time or fewer, shorter rows"
+    )
+    saved = json.loads((tmp_path / "part" / "trajsynth_sft.json").read_text())["result"]
+    assert saved["examples_unseen"] == 8
+
+
 def test_time_budget_stops_training_with_the_lr_decayed(tmp_path: Path) -> None:
     from trajsynth.train.sft import _lr_at
 

@@ -229,7 +229,7 @@ def train_sft_command(
     """
     _require_train_extra()
     from ..train.data import left_out_note
-    from ..train.sft import SFTConfig, train_sft
+    from ..train.sft import SFTConfig, train_sft, unseen_note
 
     values = dict(
         model=model,
@@ -261,9 +261,9 @@ def train_sft_command(
             f"{result.seconds:.1f}s ({result.tokens_per_s:,.0f} tokens/s), loss "
             f"{result.first_loss:.3f} → {result.final_loss:.3f}; model in {out}"
         )
-        note = left_out_note(result.data, cfg.max_len)
-        if note:
-            console.print(f"[yellow]![/] {note}")
+        for note in (left_out_note(result.data, cfg.max_len), unseen_note(result.model_dump())):
+            if note:
+                console.print(f"[yellow]![/] {note}")
 
 
 @app.command("train-grpo", rich_help_panel="Training")

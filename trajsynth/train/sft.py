@@ -31,7 +31,9 @@ best-fit decreasing; TRL's mask comes from the same ``{% generation %}`` markers
    command run again resumes where it stopped (full fine-tuning; a LoRA run, minutes long on
    a small model, writes no intermediate checkpoint and starts over);
 6) save the final model and tokenizer as a transformers folder in ``OUT``, with
-   ``trajsynth_sft.json`` (config, data and result summary).
+   ``trajsynth_sft.json`` (config, data and result summary). A run that stops before one
+   whole epoch (the clock, ``max_steps``) counts the examples it never trained on;
+   :func:`unseen_note` says so in one sentence.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -66,7 +68,14 @@ from .modeling import (
 from .progress import NullProgress, Progress
 from .tiny import TinyConfig, new_student
 
-__all__ = ["SFTConfig", "SFTResult", "accumulate_gradients", "masked_nll", "train_sft"]
+__all__ = [
+    "SFTConfig",
+    "SFTResult",
+    "accumulate_gradients",
+    "masked_nll",
+    "train_sft",
+    "unseen_note",
+]
 
 STATE_FILE = "trajsynth_sft.json"
 
@@ -191,6 +200,43 @@ class SFTResult(BaseModel):
     parameters: int = 0
     device: str = "cpu"
     precision: str = "fp32"
+    planned_steps: int = Field(default=0, description="The steps the schedule was laid out for.")
+    epochs_done: float = Field(default=0.0, description="Micro-batches trained ÷ per epoch.")
+    examples: int = Field(default=0, description="Training examples in one epoch.")
+    examples_unseen: int = Field(
+        default=0, description="Examples of the first epoch that no trained micro-batch held."
+    )
+    max_minutes: float | None = None
+
+
+def unseen_note(run: Mapping[str, Any]) -> str | None:
+    """What stopping before one whole epoch cost, in one sentence (None when every example
+    was trained on at least once): what stopped it and how many examples were never seen.
+    ``run``: an :class:`SFTResult`'s fields (``steps``, ``planned_steps``, ``epochs_done``,
+    ``examples``, ``examples_unseen``, ``max_minutes``), or the train stage's metrics.
+
+    >>> print(unseen_note({"steps": 670, "planned_steps": 2040, "epochs_done": 0.66,
+    ...     "examples": 2388, "examples_unseen": 810, "max_minutes": 30}).replace(": ", ":\\n"))
+    the 30-minute budget (max_minutes) stopped training at step 670 of 2,040, 0.66 of an epoch:
+    810 of 2,388 examples were never trained on; give it more time or fewer, shorter rows
+    """
+    unseen, steps = run.get("examples_unseen", 0), run.get("steps", 0)
+    if not unseen:
+        return None
+    minutes = run.get("max_minutes")
+    if minutes and steps < run.get("planned_steps", 0):
+        cause = (
+            f"the {minutes:g}-minute budget (max_minutes) stopped training at step {steps:,} "
+            f"of {run['planned_steps']:,}"
+        )
+    else:
+        plural = "" if steps == 1 else "s"
+        cause = f"training ended after {steps:,} step{plural} (max_steps or step_budget)"
+    return (
+        f"{cause}, {run.get('epochs_done', 0.0):.2f} of an epoch: {unseen:,} of "
+        f"{run.get('examples', 0):,} examples were never trained on; give it more time or "
+        "fewer, shorter rows"
+    )
 
 
 def masked_nll(model: Any, batch: Batch, device: str, precision: str) -> tuple[Any, int]:
@@ -407,6 +453,12 @@ def train_sft(
             )
     seconds = time.perf_counter() - t0
     progress.close()
+    micro_done = step * cfg.grad_accum  # resumed steps included: they trained the same bins
+    unseen = (
+        len(examples) - sum(b.sequences for b in first[:micro_done])
+        if micro_done < per_epoch
+        else 0
+    )
 
     # 6) the final model folder
     model.eval()
@@ -429,6 +481,11 @@ def train_sft(
         parameters=sum(p.numel() for p in model.parameters()),
         device=device,
         precision=precision,
+        planned_steps=total_steps,
+        epochs_done=micro_done / per_epoch,
+        examples=len(examples),
+        examples_unseen=unseen,
+        max_minutes=cfg.max_minutes,
     )
     (out / STATE_FILE).write_text(
         json.dumps({"config": cfg.model_dump(mode="json"), "result": result.model_dump()}, indent=2)

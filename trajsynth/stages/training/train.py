@@ -30,7 +30,7 @@ from ...core.batch import to_records
 from ...core.errors import ConfigError, DataError
 from ...train.data import left_out_note
 from ...train.grpo import GRPOConfig, train_grpo
-from ...train.sft import SFTConfig, train_sft
+from ...train.sft import SFTConfig, train_sft, unseen_note
 from ..context import Context
 from ..kinds import GlobalStage, Output, StageConfig
 from ..registry import register
@@ -107,10 +107,15 @@ class TrainSFT(GlobalStage[TrainSFTConfig]):
         ctx.metrics.set("rows_truncated", result.data.get("truncated", 0))
         ctx.metrics.set("longest_row", result.data.get("longest", 0))
         ctx.metrics.set("max_len", sft.max_len)
+        for key in ("planned_steps", "epochs_done", "examples", "examples_unseen"):
+            ctx.metrics.set(key, getattr(result, key))
+        ctx.metrics.set("max_minutes", sft.max_minutes or 0)
         yield from ()
 
     def findings(self, metrics: dict[str, Any]) -> list[str]:
-        """The rows ``max_len`` left out or cut (:func:`~trajsynth.train.data.left_out_note`)."""
+        """The rows ``max_len`` left out or cut (:func:`~trajsynth.train.data.left_out_note`)
+        and the examples a run stopped before one epoch never saw
+        (:func:`~trajsynth.train.sft.unseen_note`)."""
         values = metrics.get("values", {})
         data = {
             "rows": values.get("rows", 0),
@@ -118,8 +123,8 @@ class TrainSFT(GlobalStage[TrainSFTConfig]):
             "truncated": values.get("rows_truncated", 0),
             "longest": values.get("longest_row", 0),
         }
-        note = left_out_note(data, values.get("max_len", 0))
-        return [note] if note else []
+        notes = [left_out_note(data, values.get("max_len", 0)), unseen_note(values)]
+        return [n for n in notes if n]
 
 
 class TrainGRPOConfig(StageConfig):
