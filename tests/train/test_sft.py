@@ -174,14 +174,32 @@ def test_a_run_stopped_before_one_epoch_counts_the_examples_it_never_saw(tmp_pat
     assert (whole.steps, whole.planned_steps, whole.examples_unseen) == (6, 6, 0)
     assert whole.epochs_done == 1.0 and unseen_note(whole.model_dump()) is None
     part = train_sft(rows, tmp_path / "part", cfg.model_copy(update={"max_steps": 2}))
-    assert (part.steps, part.examples, part.examples_unseen) == (2, 12, 8)
+    assert (part.steps, part.data["examples"], part.examples_unseen) == (2, 12, 8)
     assert part.epochs_done == pytest.approx(2 / 6)
-    assert unseen_note(part.model_dump()) == (
+    assert unseen_note({**part.model_dump(), "examples": 12}) == (
         "training ended after 2 steps (max_steps or step_budget), 0.33 of an epoch: 8 of 12 "
         "examples were never trained on; give it more time or fewer, shorter rows"
     )
     saved = json.loads((tmp_path / "part" / "trajsynth_sft.json").read_text())["result"]
     assert saved["examples_unseen"] == 8
+
+
+def test_train_sft_cli_says_what_a_short_run_never_saw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One unpacked step of 4 of the 16 rows: the command's summary is followed by the note
+    (read with whitespace folded: the console wraps at its width)."""
+    data = _write(_rows(), tmp_path / "data")
+    sets = [a for k, v in TINY.items() for a in ("--set", f"tiny.{k}={v}")]
+    code, stdout, stderr = _cli(
+        capsys, "train-sft", str(data), "--out", str(tmp_path / "o"), "--max-steps", "1",
+        "--batch-size", "4", "--max-len", "512", "--set", "pack=false", *sets,
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert (
+        "training ended after 1 step (max_steps or step_budget), 0.25 of an epoch: 12 of 16 "
+        "examples were never trained on" in " ".join(stdout.split())
+    )
 
 
 def test_time_budget_stops_training_with_the_lr_decayed(tmp_path: Path) -> None:

@@ -261,7 +261,12 @@ def train_sft_command(
             f"{result.seconds:.1f}s ({result.tokens_per_s:,.0f} tokens/s), loss "
             f"{result.first_loss:.3f} → {result.final_loss:.3f}; model in {out}"
         )
-        for note in (left_out_note(result.data, cfg.max_len), unseen_note(result.model_dump())):
+        run = {
+            **result.model_dump(),
+            "examples": result.data.get("examples", 0),
+            "max_minutes": cfg.max_minutes,
+        }
+        for note in (left_out_note(result.data, cfg.max_len), unseen_note(run)):
             if note:
                 console.print(f"[yellow]![/] {note}")
 

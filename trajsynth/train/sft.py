@@ -202,18 +202,18 @@ class SFTResult(BaseModel):
     precision: str = "fp32"
     planned_steps: int = Field(default=0, description="The steps the schedule was laid out for.")
     epochs_done: float = Field(default=0.0, description="Micro-batches trained ÷ per epoch.")
-    examples: int = Field(default=0, description="Training examples in one epoch.")
     examples_unseen: int = Field(
-        default=0, description="Examples of the first epoch that no trained micro-batch held."
+        default=0,
+        description="Examples (of data.examples) that no trained micro-batch held.",
     )
-    max_minutes: float | None = None
 
 
 def unseen_note(run: Mapping[str, Any]) -> str | None:
     """What stopping before one whole epoch cost, in one sentence (None when every example
     was trained on at least once): what stopped it and how many examples were never seen.
-    ``run``: an :class:`SFTResult`'s fields (``steps``, ``planned_steps``, ``epochs_done``,
-    ``examples``, ``examples_unseen``, ``max_minutes``), or the train stage's metrics.
+    ``run``: ``steps``, ``planned_steps``, ``epochs_done``, ``examples_unseen`` (an
+    :class:`SFTResult`'s fields), ``examples`` (its ``data``) and the config's ``max_minutes``;
+    the train stage's metrics have them all.
 
     >>> print(unseen_note({"steps": 670, "planned_steps": 2040, "epochs_done": 0.66,
     ...     "examples": 2388, "examples_unseen": 810, "max_minutes": 30}).replace(": ", ":\\n"))
@@ -483,9 +483,7 @@ def train_sft(
         precision=precision,
         planned_steps=total_steps,
         epochs_done=micro_done / per_epoch,
-        examples=len(examples),
         examples_unseen=unseen,
-        max_minutes=cfg.max_minutes,
     )
     (out / STATE_FILE).write_text(
         json.dumps({"config": cfg.model_dump(mode="json"), "result": result.model_dump()}, indent=2)

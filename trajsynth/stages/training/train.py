@@ -107,8 +107,9 @@ class TrainSFT(GlobalStage[TrainSFTConfig]):
         ctx.metrics.set("rows_truncated", result.data.get("truncated", 0))
         ctx.metrics.set("longest_row", result.data.get("longest", 0))
         ctx.metrics.set("max_len", sft.max_len)
-        for key in ("planned_steps", "epochs_done", "examples", "examples_unseen"):
+        for key in ("planned_steps", "epochs_done", "examples_unseen"):
             ctx.metrics.set(key, getattr(result, key))
+        ctx.metrics.set("examples", result.data.get("examples", 0))
         ctx.metrics.set("max_minutes", sft.max_minutes or 0)
         yield from ()
 
